@@ -1,0 +1,512 @@
+// Integration-test harness: temp dirs, free ports, real etcd and kvs processes,
+// etcdctl / `kvs ctl` runners and etcd3 clients, all cleaned up when the test ends.
+//
+// Cleanup model: every helper that takes a TestContext `t` pushes its cleanup onto a
+// per-`t` stack, run in reverse (LIFO) order by a single `t.after` hook. So a process
+// is always stopped before the temp dir it writes to is removed, and a client is
+// closed before the server it talks to is stopped. As a last resort, live children
+// are SIGKILLed on process 'exit' and on SIGINT/SIGTERM/SIGHUP.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { Etcd3 } from 'etcd3';
+import { execa } from 'execa';
+
+/** Repository root (this file compiles to dist/integration/harness.js). */
+export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const KVS_BIN = path.join(REPO_ROOT, 'bin', 'kvs.js');
+export const ETCD_BIN = '/usr/bin/etcd';
+export const ETCDCTL_BIN = '/usr/bin/etcdctl';
+
+/** Anything with `after` — normally the node:test TestContext. */
+export type Ctx = Pick<TestContext, 'after'>;
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface CmdResult {
+  /** Raw stdout (final newline kept). */
+  stdout: string;
+  stderr: string;
+  /** Process exit code; 128+N when killed by signal N (e.g. on timeout). Never throws. */
+  exitCode: number;
+  timedOut: boolean;
+}
+
+export interface CmdOptions {
+  /** Written to stdin; without it stdin is /dev/null. */
+  input?: string;
+  env?: Record<string, string>;
+  /** Default 15 s (etcdctl) / 30 s (kvs ctl). */
+  timeoutMs?: number;
+}
+
+// ---------------------------------------------------------------- cleanup
+
+type Cleanup = () => unknown;
+const cleanupStacks = new WeakMap<Ctx, Cleanup[]>();
+
+/** Register `fn` to run when `t` finishes; cleanups run last-registered-first. */
+export function onCleanup(t: Ctx, fn: Cleanup): void {
+  let stack = cleanupStacks.get(t);
+  if (!stack) {
+    const s: Cleanup[] = [];
+    stack = s;
+    cleanupStacks.set(t, s);
+    t.after(async () => {
+      const errors: unknown[] = [];
+      while (s.length > 0) {
+        try {
+          await s.pop()!();
+        } catch (err) {
+          errors.push(err);
+        }
+      }
+      if (errors.length === 1) throw errors[0];
+      if (errors.length > 1) throw new AggregateError(errors, 'harness cleanup failed');
+    });
+  }
+  stack.push(fn);
+}
+
+// ---------------------------------------------------------------- ports and dirs
+
+/** A currently free TCP port on 127.0.0.1. */
+export async function freePort(): Promise<number> {
+  return (await freePorts(1))[0]!;
+}
+
+/** `n` distinct free ports (all listeners are held open together, then closed). */
+export async function freePorts(n: number): Promise<number[]> {
+  const servers: net.Server[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const srv = net.createServer();
+      servers.push(srv);
+      await new Promise<void>((resolve, reject) => {
+        srv.once('error', reject);
+        srv.listen(0, '127.0.0.1', () => resolve());
+      });
+    }
+    return servers.map((s) => (s.address() as net.AddressInfo).port);
+  } finally {
+    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+  }
+}
+
+/** A fresh directory under os.tmpdir(), removed (recursively) when `t` finishes. */
+export async function tempDir(t: Ctx, prefix: string): Promise<string> {
+  installHooks();
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix.endsWith('-') ? prefix : `${prefix}-`));
+  liveDirs.add(dir);
+  onCleanup(t, async () => {
+    await rm(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 50 });
+    liveDirs.delete(dir);
+  });
+  return dir;
+}
+
+// ---------------------------------------------------------------- process bookkeeping
+
+/** Keeps the last `limit` bytes written to it. */
+class TailBuffer {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  constructor(private readonly limit: number) {}
+  push(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+    while (this.chunks.length > 1 && this.size - this.chunks[0]!.length >= this.limit) {
+      this.size -= this.chunks.shift()!.length;
+    }
+  }
+  toString(): string {
+    const all = Buffer.concat(this.chunks);
+    return all.subarray(Math.max(0, all.length - this.limit)).toString('utf8');
+  }
+}
+
+interface Proc {
+  child: ChildProcess;
+  pid: number;
+  /** Spawned detached: `pid` is also its process group id. */
+  group: boolean;
+  exited: Promise<ExitInfo>;
+  exitInfo?: ExitInfo;
+  /** Resolves when stdout/stderr are closed too (all output captured). */
+  closed: Promise<void>;
+}
+
+/** pid -> kill the whole group? Entries live until the process (group) is known dead. */
+const live = new Map<number, boolean>();
+/** Temp dirs not yet removed by their cleanup. */
+const liveDirs = new Set<string>();
+let hooksInstalled = false;
+
+function killQuietly(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // ESRCH: already gone
+  }
+}
+
+function killAllSync(): void {
+  for (const [pid, group] of live) killQuietly(group ? -pid : pid, 'SIGKILL');
+  live.clear();
+  for (const dir of liveDirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // best effort
+    }
+  }
+  liveDirs.clear();
+}
+
+function installHooks(): void {
+  if (hooksInstalled) return;
+  hooksInstalled = true;
+  process.on('exit', killAllSync);
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    const handler = (): void => {
+      killAllSync();
+      process.removeListener(sig, handler);
+      // Nobody else handles it: re-raise so the default action (termination) happens.
+      if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+    };
+    process.on(sig, handler);
+  }
+}
+
+function cleanEnv(extra: Record<string, string> | undefined, drop: (name: string) => boolean): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && k !== 'NODE_TEST_CONTEXT' && !drop(k)) env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+async function launch(
+  cmd: string,
+  args: string[],
+  opts: { env: Record<string, string>; detached: boolean; out: TailBuffer },
+): Promise<Proc> {
+  installHooks();
+  const child = spawn(cmd, args, {
+    cwd: REPO_ROOT,
+    env: opts.env,
+    detached: opts.detached,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<ExitInfo>((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+    child.once('error', () => resolve({ code: null, signal: null })); // spawn failure
+  });
+  if (child.pid === undefined) {
+    const err = await new Promise<Error>((resolve) => child.once('error', resolve));
+    throw new Error(`failed to spawn ${cmd}: ${err.message}`);
+  }
+  const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  const proc: Proc = { child, pid: child.pid, group: opts.detached, exited, closed };
+  live.set(proc.pid, proc.group);
+  void exited.then((info) => {
+    proc.exitInfo = info;
+    if (!proc.group) live.delete(proc.pid);
+  });
+  child.stdout!.on('data', (b: Buffer) => opts.out.push(b));
+  child.stderr!.on('data', (b: Buffer) => opts.out.push(b));
+  return proc;
+}
+
+/** Signal the process, wait up to `graceMs` for it to exit, then SIGKILL (its group). */
+async function terminate(proc: Proc, signal: NodeJS.Signals, graceMs: number): Promise<ExitInfo> {
+  if (!proc.exitInfo) {
+    killQuietly(proc.pid, signal);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      proc.exited.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) killQuietly(proc.group ? -proc.pid : proc.pid, 'SIGKILL');
+  }
+  const info = await proc.exited;
+  reapGroup(proc);
+  return info;
+}
+
+/** The leader is gone; make sure nothing else in its process group survives. */
+function reapGroup(proc: Proc): void {
+  if (proc.group) killQuietly(-proc.pid, 'SIGKILL');
+  live.delete(proc.pid);
+}
+
+/** After exit: give the pipes a moment to deliver the last output (children may hold them open). */
+async function drained(proc: Proc, ms = 1000): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([proc.closed, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
+function tail(s: string, max = 16 * 1024): string {
+  return s.length > max ? `...${s.slice(-max)}` : s;
+}
+
+function describeExit(info: ExitInfo): string {
+  return info.signal ? `signal ${info.signal}` : `code ${info.code}`;
+}
+
+/**
+ * Wait until a Maintenance.Status call to `endpoint` succeeds (fresh etcd3 client per
+ * probe, short deadline, backoff 25 ms doubling to 500 ms), the process exits (reject),
+ * or `deadlineMs` passes (reject).
+ */
+async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what: string, output: () => string): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  let delay = 25;
+  let lastError = 'no attempt made';
+  const exitedFirst = proc.exited.then((info) => {
+    throw new Error(`${what} exited (${describeExit(info)}) before becoming ready`);
+  });
+  exitedFirst.catch(() => {}); // handled via the races below
+  while (Date.now() < deadline) {
+    const probe = new Etcd3({ hosts: `http://${endpoint}`, dialTimeout: 1000 });
+    try {
+      await Promise.race([
+        probe.maintenance.status({ deadline: Date.now() + Math.min(2000, Math.max(100, deadline - Date.now())) }),
+        exitedFirst,
+      ]);
+      return;
+    } catch (err) {
+      if (proc.exitInfo) {
+        await drained(proc);
+        throw new Error(`${(err as Error).message}\n--- ${what} output ---\n${tail(output())}`);
+      }
+      lastError = (err as Error).message;
+    } finally {
+      probe.close();
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, Math.min(delay, deadline - Date.now()))))),
+      exitedFirst.catch(() => {}),
+    ]);
+    clearTimeout(timer);
+    delay = Math.min(delay * 2, 500);
+  }
+  throw new Error(
+    `${what} not ready at ${endpoint} after ${deadlineMs} ms (last error: ${lastError})\n--- ${what} output ---\n${tail(output())}`,
+  );
+}
+
+function looksLikePortClash(output: string): boolean {
+  return /address already in use|EADDRINUSE/i.test(output);
+}
+
+// ---------------------------------------------------------------- etcd
+
+export interface EtcdNode {
+  /** '127.0.0.1:PORT' */
+  endpoint: string;
+  dataDir: string;
+  name: string;
+  peerPort: number;
+  process: ChildProcess;
+  pid: number;
+  /** Last 64 KiB of etcd's stderr (+ stdout). */
+  stderr(): string;
+  /** SIGTERM, wait for exit (SIGKILL after 10 s). Idempotent. The dir is removed at test end. */
+  stop(): Promise<void>;
+}
+
+let etcdSeq = 0;
+
+/** Start a single-member /usr/bin/etcd on free 127.0.0.1 ports with its own temp data dir. */
+export async function startEtcd(t: Ctx): Promise<EtcdNode> {
+  const dataDir = await tempDir(t, 'kvs-etcd-');
+  for (let attempt = 1; ; attempt++) {
+    const [clientPort, peerPort] = (await freePorts(2)) as [number, number];
+    const name = `etcd-${process.pid}-${++etcdSeq}`;
+    const clientUrl = `http://127.0.0.1:${clientPort}`;
+    const peerUrl = `http://127.0.0.1:${peerPort}`;
+    const endpoint = `127.0.0.1:${clientPort}`;
+    const out = new TailBuffer(64 * 1024);
+    const proc = await launch(
+      ETCD_BIN,
+      [
+        `--name=${name}`,
+        `--data-dir=${dataDir}`,
+        `--listen-client-urls=${clientUrl}`,
+        `--advertise-client-urls=${clientUrl}`,
+        `--listen-peer-urls=${peerUrl}`,
+        `--initial-advertise-peer-urls=${peerUrl}`,
+        `--initial-cluster=${name}=${peerUrl}`,
+        `--initial-cluster-token=${name}`,
+        '--initial-cluster-state=new',
+        '--logger=zap',
+        '--log-outputs=stderr',
+      ],
+      // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
+      { env: cleanEnv(undefined, (k) => k.startsWith('ETCD')), detached: false, out },
+    );
+    const stop = async (): Promise<void> => {
+      await terminate(proc, 'SIGTERM', 10_000);
+    };
+    onCleanup(t, stop);
+    try {
+      await waitReady(endpoint, proc, 20_000, 'etcd', () => out.toString());
+    } catch (err) {
+      await stop();
+      if (attempt < 3 && looksLikePortClash(out.toString())) {
+        await rm(dataDir, { recursive: true, force: true });
+        await mkdir(dataDir);
+        continue;
+      }
+      throw err;
+    }
+    return { endpoint, dataDir, name, peerPort, process: proc.child, pid: proc.pid, stderr: () => out.toString(), stop };
+  }
+}
+
+// ---------------------------------------------------------------- kvs
+
+export interface KvsOptions {
+  /** Extra arguments after `run --data-dir D --listen 127.0.0.1:P`. */
+  args?: string[];
+  /** Added to the environment (KVS_LOG_LEVEL is removed unless given here). */
+  env?: Record<string, string>;
+  /** Use this data dir (caller owns it) instead of a fresh temp dir. */
+  dataDir?: string;
+}
+
+export interface KvsNode {
+  /** '127.0.0.1:PORT' */
+  readonly endpoint: string;
+  readonly port: number;
+  readonly dataDir: string;
+  /** pid of the current `kvs run` (the supervisor; also its process group id). */
+  readonly pid: number;
+  readonly process: ChildProcess;
+  /** Send `signal` to the supervisor only and await its exit (SIGKILL to the group after 15 s). */
+  stop(signal?: NodeJS.Signals): Promise<ExitInfo>;
+  /** SIGKILL the whole process group (supervisor + storage/gateway children) and await exit. */
+  kill9(): Promise<ExitInfo>;
+  /** Start again on the same data dir and port (stops first, with SIGTERM, if still running). */
+  restart(): Promise<void>;
+  /** Captured stdout+stderr of all runs of this node (last 1 MiB). */
+  output(): string;
+  /** `node bin/kvs.js ctl --data-dir <dataDir> ...args`. Never throws on non-zero exit. */
+  ctl(args: string[], opts?: CmdOptions): Promise<CmdResult>;
+}
+
+/** Start `node bin/kvs.js run` detached (own process group) and wait for Maintenance.Status. */
+export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> {
+  const dataDir = opts.dataDir ?? (await tempDir(t, 'kvs-node-'));
+  const env = cleanEnv(opts.env, (k) => k === 'KVS_LOG_LEVEL');
+  const out = new TailBuffer(1024 * 1024);
+  let port = 0;
+  let proc: Proc | undefined;
+
+  const start = async (retryOnPortClash: boolean): Promise<void> => {
+    for (let attempt = 1; ; attempt++) {
+      if (retryOnPortClash) port = await freePort();
+      const p = await launch(
+        process.execPath,
+        [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, ...(opts.args ?? [])],
+        { env, detached: true, out },
+      );
+      proc = p;
+      onCleanup(t, () => terminate(p, 'SIGTERM', 15_000));
+      try {
+        await waitReady(`127.0.0.1:${port}`, p, 30_000, 'kvs', () => out.toString());
+        return;
+      } catch (err) {
+        await terminate(p, 'SIGTERM', 5_000);
+        if (retryOnPortClash && attempt < 3 && looksLikePortClash(out.toString())) continue;
+        throw err;
+      }
+    }
+  };
+  await start(true);
+
+  const current = (): Proc => proc!;
+  const node: KvsNode = {
+    get endpoint() {
+      return `127.0.0.1:${port}`;
+    },
+    get port() {
+      return port;
+    },
+    dataDir,
+    get pid() {
+      return current().pid;
+    },
+    get process() {
+      return current().child;
+    },
+    stop: (signal = 'SIGTERM') => terminate(current(), signal, 15_000),
+    kill9: async () => {
+      const p = current();
+      killQuietly(-p.pid, 'SIGKILL');
+      const info = await p.exited;
+      reapGroup(p);
+      return info;
+    },
+    restart: async () => {
+      await terminate(current(), 'SIGTERM', 15_000);
+      await start(false);
+    },
+    output: () => out.toString(),
+    ctl: (args, o = {}) =>
+      run(process.execPath, [KVS_BIN, 'ctl', '--data-dir', dataDir, ...args], {
+        ...o,
+        env: { ...env, ...o.env },
+        timeoutMs: o.timeoutMs ?? 30_000,
+      }),
+  };
+  return node;
+}
+
+// ---------------------------------------------------------------- commands and clients
+
+async function run(file: string, args: string[], opts: CmdOptions & { env: Record<string, string> }): Promise<CmdResult> {
+  const r = await execa(file, args, {
+    reject: false,
+    cwd: REPO_ROOT,
+    env: opts.env,
+    extendEnv: false,
+    timeout: opts.timeoutMs ?? 15_000,
+    forceKillAfterDelay: 2_000,
+    stripFinalNewline: false,
+    ...(opts.input !== undefined ? { input: opts.input } : { stdin: 'ignore' as const }),
+  });
+  let exitCode = r.exitCode;
+  if (exitCode === undefined) {
+    const signo = r.signal ? os.constants.signals[r.signal] : undefined;
+    exitCode = signo !== undefined ? 128 + signo : 1; // 1: spawn failure etc.
+  }
+  const stderr = r.failed && r.exitCode === undefined && !r.signal ? `${r.stderr}${r.message}` : r.stderr;
+  return { stdout: r.stdout, stderr, exitCode, timedOut: r.timedOut };
+}
+
+/** Run `/usr/bin/etcdctl --endpoints=<endpoint> ...args` with ETCDCTL_API=3 (other ETCDCTL_* dropped). */
+export function etcdctl(endpoint: string, args: string[], opts: CmdOptions = {}): Promise<CmdResult> {
+  const env = cleanEnv({ ETCDCTL_API: '3', ...opts.env }, (k) => k.startsWith('ETCDCTL_'));
+  return run(ETCDCTL_BIN, [`--endpoints=${endpoint}`, ...args], { ...opts, env });
+}
+
+/** An etcd3 client for `endpoint` ('127.0.0.1:PORT' or a URL), closed when `t` finishes. */
+export function client(t: Ctx, endpoint: string): Etcd3 {
+  const c = new Etcd3({ hosts: /^https?:\/\//.test(endpoint) ? endpoint : `http://${endpoint}` });
+  onCleanup(t, () => c.close());
+  return c;
+}

@@ -1,0 +1,51 @@
+// etcdserverpb.KV. Range reads LMDB in this process (a fresh read snapshot per request, so a
+// read issued after a write was acknowledged sees it); writes go to storage as the client's
+// own bytes, and storage's encoded response comes back as is.
+import * as grpc from '@grpc/grpc-js';
+import { service } from '../../shared/proto/index.js';
+import type { MvccDb } from '../../shared/mvcc/schema.js';
+import { range } from '../../shared/mvcc/range.js';
+import * as R from '../../shared/mvcc/responses.js';
+import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
+import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
+import type { StorageLink } from './storage-client.js';
+import type { NodeInfo } from './node-info.js';
+import { Op } from '../storage/engine.js';
+
+export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.StatusObject> {
+  if (err instanceof EtcdError) return { code: err.code, details: err.message };
+  return { code: grpc.status.INTERNAL, details: `kvs: ${(err as Error)?.message ?? String(err)}` };
+}
+
+type Unary<Req> = (call: grpc.ServerUnaryCall<Req, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void;
+
+function forward(link: StorageLink, op: number): Unary<Buffer> {
+  return (call, cb) => {
+    const body = call.request;
+    if (body.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));
+    link.call(op, body).then(
+      (res) => cb(null, res),
+      (err) => cb(toServiceError(err)),
+    );
+  };
+}
+
+export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo) {
+  const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
+  const impl = {
+    Range(call: grpc.ServerUnaryCall<RangeRequest, Buffer>, cb: grpc.sendUnaryData<Buffer>) {
+      try {
+        db.env.resetReadTxn();
+        const rr = range(db, rangeParams(call.request));
+        cb(null, R.build((w) => R.rangeResponse(w, node.header(rr.revision), rr.kvs, rr.more, rr.count)));
+      } catch (err) {
+        cb(toServiceError(err));
+      }
+    },
+    Put: forward(link, Op.PUT),
+    DeleteRange: forward(link, Op.DELETE_RANGE),
+    Txn: forward(link, Op.TXN),
+    Compact: forward(link, Op.COMPACT),
+  };
+  return { def, impl };
+}

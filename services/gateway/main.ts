@@ -1,0 +1,43 @@
+// The gateway process: the client port. Serves the etcd v3 services, reads LMDB directly
+// (read-only) and sends writes to the storage process.
+import * as grpc from '@grpc/grpc-js';
+import type { Config } from '../../shared/config.js';
+import { socketPath } from '../../shared/config.js';
+import { createLogger } from '../../shared/log.js';
+import { openMvcc } from '../../shared/mvcc/schema.js';
+import { shutdown } from '../../shared/grpc/server.js';
+import { installLifecycle, signalReady } from '../../shared/component.js';
+import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
+import { StorageLink } from './storage-client.js';
+import { NodeInfo } from './node-info.js';
+import { kvService } from './kv.js';
+import { maintenanceService, clusterService } from './maintenance.js';
+
+export async function runGateway(cfg: Config): Promise<void> {
+  const log = createLogger('gateway', cfg.logLevel);
+  const db = openMvcc(cfg.dataDir, { readOnly: true });
+  const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
+  const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
+  const server = new grpc.Server({
+    // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
+    'grpc.max_receive_message_length': MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
+    'grpc.max_send_message_length': 2 ** 31 - 1,
+    'grpc.keepalive_permit_without_calls': 1,
+    'grpc.http2.min_ping_interval_without_data_ms': 5000,
+  });
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node), clusterService(db, node)]) {
+    server.addService(def, impl as grpc.UntypedServiceImplementation);
+  }
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(cfg.listen, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(new Error(`cannot listen on ${cfg.listen}: ${err.message}`)) : resolve())),
+  );
+  installLifecycle(log, {
+    async stop() {
+      await shutdown(server, 5000);
+      link.close();
+      await db.env.close();
+    },
+  });
+  log.info({ listen: cfg.listen }, `serving etcd v3 clients on ${cfg.listen}`);
+  signalReady({ listen: cfg.listen });
+}

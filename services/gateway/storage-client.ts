@@ -1,0 +1,143 @@
+// The gateway's side of the storage hop: one long-lived bidi stream over the unix socket.
+// Every write issued in one event-loop turn travels in one WriteBatch message, and results
+// come back batched per group commit.
+//
+// If the stream breaks (storage restarting), writes already sent fail with UNAVAILABLE: their
+// outcome is unknown, as for any etcd client whose server went away. Writes not yet sent wait
+// for the reconnection, up to `waitMs`, then fail with UNAVAILABLE without having been sent.
+import * as grpc from '@grpc/grpc-js';
+import { service } from '../../shared/proto/index.js';
+import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { EtcdError, Errors } from '../../shared/errors.js';
+import type { Logger } from '../../shared/log.js';
+
+interface Queued {
+  id: number;
+  op: number;
+  body: Uint8Array;
+  resolve(body: Buffer): void;
+  reject(err: EtcdError): void;
+  expires: number;
+}
+interface Result { id: number | { toNumber(): number }; body: Buffer; code: number; message: string }
+
+const StorageClient = grpc.makeGenericClientConstructor(service('kvs.storage.Storage'), 'Storage');
+
+export class StorageLink {
+  private readonly client: grpc.Client & Record<string, any>;
+  private stream: grpc.ClientDuplexStream<unknown, { results: Result[] }> | undefined;
+  /** True once the storage process answered on the current stream. */
+  private connected = false;
+  private nextId = 1;
+  private sent = new Map<number, Queued>();
+  private outbox: Queued[] = [];
+  private flushScheduled = false;
+  private closed = false;
+  private retryMs = 20;
+  private expiryTimer: NodeJS.Timeout | undefined;
+
+  constructor(socket: string, private readonly log: Logger, private readonly waitMs = 5000) {
+    this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+    this.open();
+  }
+
+  get isConnected(): boolean {
+    return this.connected;
+  }
+
+  private open(): void {
+    if (this.closed) return;
+    const stream = this.client.Write() as grpc.ClientDuplexStream<unknown, { results: Result[] }>;
+    this.stream = stream;
+    // The storage server sends its metadata as soon as the stream is accepted.
+    stream.on('metadata', () => {
+      if (this.stream !== stream) return;
+      this.connected = true;
+      this.retryMs = 20;
+      this.scheduleFlush();
+    });
+    stream.on('data', (msg: { results: Result[] }) => {
+      for (const r of msg.results) {
+        const id = typeof r.id === 'number' ? r.id : r.id.toNumber();
+        const q = this.sent.get(id);
+        if (!q) continue;
+        this.sent.delete(id);
+        if (r.code === 0) q.resolve(r.body);
+        else q.reject(new EtcdError(r.code, r.message));
+      }
+    });
+    const broken = (err?: Error) => {
+      if (this.stream !== stream) return;
+      this.stream = undefined;
+      const wasConnected = this.connected;
+      this.connected = false;
+      if (this.sent.size) this.log.warn({ err: err?.message, inflight: this.sent.size }, 'storage stream broke; writes in flight have an unknown outcome');
+      for (const q of this.sent.values()) q.reject(Errors.storageUnavailable);
+      this.sent.clear();
+      if (this.closed) return;
+      if (wasConnected) this.log.warn('lost the storage process; reconnecting');
+      setTimeout(() => this.open(), this.retryMs).unref();
+      this.retryMs = Math.min(this.retryMs * 2, 500);
+    };
+    stream.on('error', broken);
+    stream.on('end', () => broken());
+  }
+
+  /** Sends one write and resolves with the encoded etcd response. */
+  call(op: number, body: Uint8Array): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.outbox.push({ id: this.nextId++, op, body, resolve, reject, expires: Date.now() + this.waitMs });
+      this.scheduleFlush();
+    });
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(this.flush);
+  }
+
+  private flush = (): void => {
+    this.flushScheduled = false;
+    if (this.outbox.length === 0) return;
+    if (!this.stream || !this.connected) {
+      this.armExpiry();
+      return;
+    }
+    const batch = this.outbox;
+    this.outbox = [];
+    const requests = new Array(batch.length);
+    for (let i = 0; i < batch.length; i++) {
+      const q = batch[i];
+      this.sent.set(q.id, q);
+      requests[i] = { id: q.id, op: q.op, body: q.body };
+    }
+    this.stream.write({ requests });
+  };
+
+  /** Fails writes that waited longer than waitMs for the storage process. */
+  private armExpiry(): void {
+    if (this.expiryTimer) return;
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      const now = Date.now();
+      const keep: Queued[] = [];
+      for (const q of this.outbox) {
+        if (q.expires <= now) q.reject(Errors.storageUnavailable);
+        else keep.push(q);
+      }
+      this.outbox = keep;
+      if (keep.length && !this.connected) this.armExpiry();
+    }, 100);
+    this.expiryTimer.unref();
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const q of [...this.outbox, ...this.sent.values()]) q.reject(Errors.storageUnavailable);
+    this.outbox = [];
+    this.sent.clear();
+    this.stream?.end();
+    this.client.close();
+  }
+}

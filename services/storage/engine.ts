@@ -1,0 +1,190 @@
+// The write path: every request that arrives while a batch is being made durable waits in
+// the queue; the next drain executes them all in ONE LMDB write transaction, appends their
+// WAL entries with ONE fdatasync, and only then commits LMDB and answers. So readers (the
+// gateway reads LMDB directly) never see a write that is not yet durable, and an acknowledged
+// write is in the WAL, which is replayed after a crash from LMDB's applied index.
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import { status } from '@grpc/grpc-js';
+import type { MvccDb } from '../../shared/mvcc/schema.js';
+import { META, readMeta } from '../../shared/mvcc/schema.js';
+import { EtcdError, MAX_REQUEST_BYTES, Errors } from '../../shared/errors.js';
+import { decode, encode, num } from '../../shared/proto/index.js';
+import type { Logger } from '../../shared/log.js';
+import { Wal } from './wal/log.js';
+import type { WalRecord } from './wal/frame.js';
+import { Executor, type Identity } from './mvcc/execute.js';
+import { applyEntry, type WalEntry } from './mvcc/apply.js';
+
+export const Op = { PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4 } as const;
+
+export interface WriteResult {
+  body?: Buffer;
+  code: number;
+  message: string;
+}
+
+type Done = (r: WriteResult) => void;
+interface Pending {
+  op: number;
+  body: Uint8Array;
+  done: Done;
+}
+
+const WAL_ENTRY = 'kvs.storage.WalEntry';
+
+export class Engine {
+  readonly executor: Executor;
+  readonly identity: Identity;
+  private queue: Pending[] = [];
+  private scheduled = false;
+  private closed = false;
+  private index: number;
+
+  private constructor(
+    readonly db: MvccDb,
+    readonly wal: Wal,
+    private readonly log: Logger,
+  ) {
+    this.identity = ensureIdentity(db);
+    this.executor = new Executor(db, this.identity);
+    this.index = readMeta(db, META.appliedIndex);
+  }
+
+  /** Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. */
+  static open(db: MvccDb, dataDir: string, log: Logger): Engine {
+    const wal = Wal.open(path.join(dataDir, 'wal'), {
+      log: (msg, fields) => log.warn(fields ?? {}, msg),
+    });
+    const applied = readMeta(db, META.appliedIndex);
+    let replayed = 0;
+    // Replay in chunks: one LMDB transaction per 1,000 entries.
+    let chunk: WalRecord[] = [];
+    const flush = () => {
+      db.env.transactionSync(() => {
+        for (const rec of chunk) applyEntry(db, decodeEntry(rec.payload), Number(rec.index));
+      });
+      replayed += chunk.length;
+      chunk = [];
+    };
+    for (const rec of wal.readFrom(BigInt(applied) + 1n)) {
+      chunk.push(rec);
+      if (chunk.length >= 1000) flush();
+    }
+    if (chunk.length) flush();
+    if (wal.lastIndex < BigInt(applied)) {
+      // The WAL was trimmed (or lost) past what LMDB holds: continue numbering after LMDB.
+      if (wal.lastIndex === 0n) wal.resetTo(BigInt(applied));
+      else throw new Error(`WAL in ${wal.dir} ends at index ${wal.lastIndex} but the database has applied ${applied}: the WAL is from another database; move it away or restore the data directory`);
+    }
+    const engine = new Engine(db, wal, log);
+    log.info({ replayed, revision: engine.executor.revision, appliedIndex: engine.index }, replayed ? 'replayed WAL' : 'storage opened');
+    return engine;
+  }
+
+  /** Queues one write; `done` is called once it is durable and applied, or has failed. */
+  submit(op: number, body: Uint8Array, done: Done): void {
+    if (this.closed) return done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
+    this.queue.push({ op, body, done });
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.drain);
+    }
+  }
+
+  private drain = (): void => {
+    this.scheduled = false;
+    const batch = this.queue;
+    this.queue = [];
+    if (batch.length === 0) return;
+    const results: WriteResult[] = new Array(batch.length);
+    const records: WalRecord[] = [];
+    let index = this.index;
+    try {
+      this.db.env.transactionSync(() => {
+        for (let i = 0; i < batch.length; i++) {
+          const p = batch[i];
+          try {
+            const { response, entry } = this.execute(p.op, p.body);
+            if (entry) records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
+            results[i] = { body: response, code: 0, message: '' };
+          } catch (err) {
+            if (!(err instanceof EtcdError)) throw err;
+            results[i] = { code: err.code, message: err.message };
+          }
+        }
+        if (records.length) {
+          this.db.meta.putSync(META.appliedIndex, index);
+          this.wal.appendSync(records); // fdatasync: the durability point
+        }
+      });
+      this.index = index;
+    } catch (err) {
+      // Nothing of this batch was committed (LMDB aborted, WAL append rolled back): every
+      // caller learns its write failed, and the counters are re-read.
+      this.executor.reload();
+      this.log.error({ err, batch: batch.length }, 'write batch failed; nothing of it was applied');
+      const message = `kvs: write failed in storage: ${(err as Error).message}`;
+      for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
+      return;
+    }
+    if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
+    for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+  };
+
+  private execute(op: number, body: Uint8Array): { response: Buffer; entry?: WalEntry } {
+    if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
+    switch (op) {
+      case Op.PUT:
+        return this.executor.put(decode('etcdserverpb.PutRequest', body));
+      case Op.DELETE_RANGE:
+        return this.executor.deleteRange(decode('etcdserverpb.DeleteRangeRequest', body));
+      case Op.TXN:
+        return this.executor.txn(decode('etcdserverpb.TxnRequest', body));
+      case Op.COMPACT:
+        return this.executor.compact(decode('etcdserverpb.CompactionRequest', body));
+      default:
+        throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown storage operation ${op}`);
+    }
+  }
+
+  /** Seals the WAL if its segment is older than the rotation age (called from a timer). */
+  rotateIfDue(): void {
+    this.wal.rotateIfDue();
+  }
+
+  /** Stops taking writes, finishes the queued ones, and closes the WAL. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.queue.length) this.drain();
+    this.wal.close();
+    await this.db.env.close();
+  }
+}
+
+function encodeEntry(e: WalEntry): Buffer {
+  return encode(WAL_ENTRY, e);
+}
+
+export function decodeEntry(buf: Uint8Array): WalEntry {
+  const m = decode<{ revision: unknown; mutations: { type: number; kv: Uint8Array }[]; compactRevision: unknown }>(WAL_ENTRY, buf);
+  return { revision: num(m.revision as number), mutations: m.mutations, compactRevision: num(m.compactRevision as number) };
+}
+
+/** A fresh database gets a random cluster and member id (as etcd does at bootstrap). */
+function ensureIdentity(db: MvccDb): Identity {
+  let clusterId = db.meta.get(META.clusterId) as string | undefined;
+  let memberId = db.meta.get(META.memberId) as string | undefined;
+  if (!clusterId || !memberId) {
+    const rnd = () => (randomBytes(8).readBigUInt64BE() >> 1n).toString();
+    clusterId = rnd();
+    memberId = rnd();
+    const c = clusterId, m = memberId;
+    db.env.transactionSync(() => {
+      db.meta.putSync(META.clusterId, c);
+      db.meta.putSync(META.memberId, m);
+      if (db.meta.get(META.revision) === undefined) db.meta.putSync(META.revision, 1);
+    });
+  }
+  return { clusterId, memberId, raftTerm: 1 };
+}

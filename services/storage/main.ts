@@ -1,0 +1,31 @@
+// The storage process: the only LMDB writer. Owns the WAL, group commit, revisions, MVCC
+// apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
+import type { Config } from '../../shared/config.js';
+import { socketPath } from '../../shared/config.js';
+import { createLogger } from '../../shared/log.js';
+import { openMvcc } from '../../shared/mvcc/schema.js';
+import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { installLifecycle, signalReady } from '../../shared/component.js';
+import { Engine } from './engine.js';
+import { storageServer } from './server.js';
+
+export async function runStorage(cfg: Config): Promise<void> {
+  const log = createLogger('storage', cfg.logLevel);
+  const db = openMvcc(cfg.dataDir, { readOnly: false });
+  const engine = Engine.open(db, cfg.dataDir, log);
+  const server = storageServer(engine, cfg.dataDir, log);
+  const socket = socketPath(cfg.dataDir, 'storage');
+  await bindUnix(server, socket);
+  // An idle segment is sealed after SegmentMaxAge so it can be archived.
+  const rotation = setInterval(() => engine.rotateIfDue(), 1000);
+  rotation.unref();
+  installLifecycle(log, {
+    async stop() {
+      clearInterval(rotation);
+      await shutdown(server, 3000);
+      await engine.close();
+    },
+  });
+  log.info({ socket, revision: engine.executor.revision }, 'storage ready');
+  signalReady({ revision: engine.executor.revision });
+}

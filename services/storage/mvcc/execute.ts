@@ -1,0 +1,352 @@
+// Executes etcd write requests against the storage process's write transaction with etcd
+// 3.4's rules (etcdserver/apply.go, api/v3rpc/key.go), producing the encoded client response
+// and the WAL entry that records the physical effect.
+import type protobuf from 'protobufjs';
+import type { MvccDb } from '../../../shared/mvcc/schema.js';
+import { META, MAX_KEY_BYTES } from '../../../shared/mvcc/schema.js';
+import { decodeKeyValue, encodeKeyValue, type KeyValue } from '../../../shared/mvcc/keyvalue.js';
+import { range, rangeKeys, type Revisions, type RangeParams } from '../../../shared/mvcc/range.js';
+import * as R from '../../../shared/mvcc/responses.js';
+import { Errors, MAX_TXN_OPS } from '../../../shared/errors.js';
+import { num, bigint } from '../../../shared/proto/index.js';
+import { applyPut, applyDelete, applyCompaction, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
+
+/* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
+type Int64 = number | protobuf.Long;
+export interface PutRequest { key: Uint8Array; value: Uint8Array; lease: Int64; prevKv: boolean; ignoreValue: boolean; ignoreLease: boolean }
+export interface DeleteRangeRequest { key: Uint8Array; rangeEnd: Uint8Array; prevKv: boolean }
+export interface RangeRequest {
+  key: Uint8Array; rangeEnd: Uint8Array; limit: Int64; revision: Int64; sortOrder: number; sortTarget: number;
+  serializable: boolean; keysOnly: boolean; countOnly: boolean;
+  minModRevision: Int64; maxModRevision: Int64; minCreateRevision: Int64; maxCreateRevision: Int64;
+}
+export interface Compare {
+  result: number; target: number; key: Uint8Array; rangeEnd: Uint8Array; targetUnion?: string;
+  version: Int64; createRevision: Int64; modRevision: Int64; value: Uint8Array; lease: Int64;
+}
+export interface RequestOp { request?: string; requestRange?: RangeRequest; requestPut?: PutRequest; requestDeleteRange?: DeleteRangeRequest; requestTxn?: TxnRequest }
+export interface TxnRequest { compare: Compare[]; success: RequestOp[]; failure: RequestOp[] }
+export interface CompactionRequest { revision: Int64; physical: boolean }
+
+export interface Identity {
+  clusterId: string;
+  memberId: string;
+  raftTerm: number;
+}
+
+export function rangeParams(r: RangeRequest): RangeParams {
+  return {
+    key: r.key, rangeEnd: r.rangeEnd, limit: num(r.limit), revision: num(r.revision),
+    sortOrder: r.sortOrder, sortTarget: r.sortTarget, keysOnly: r.keysOnly, countOnly: r.countOnly,
+    minModRevision: num(r.minModRevision), maxModRevision: num(r.maxModRevision),
+    minCreateRevision: num(r.minCreateRevision), maxCreateRevision: num(r.maxCreateRevision),
+  };
+}
+
+function buf(b: Uint8Array): Buffer {
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
+}
+
+// ---- request validation (v3rpc/key.go) -------------------------------------------------
+
+function checkKey(key: Uint8Array): void {
+  if (key.length === 0) throw Errors.emptyKey;
+  if (key.length > MAX_KEY_BYTES) throw Errors.keyTooLong(MAX_KEY_BYTES);
+}
+
+export function checkPutRequest(r: PutRequest): void {
+  checkKey(r.key);
+  if (r.ignoreValue && r.value.length !== 0) throw Errors.valueProvided;
+  if (r.ignoreLease && bigint(r.lease) !== 0n) throw Errors.leaseProvided;
+}
+
+function checkRequestOp(op: RequestOp, maxOps: number): void {
+  if (op.requestRange) { if (op.requestRange.key.length === 0) throw Errors.emptyKey; return; }
+  if (op.requestPut) return checkPutRequest(op.requestPut);
+  if (op.requestDeleteRange) { if (op.requestDeleteRange.key.length === 0) throw Errors.emptyKey; return; }
+  if (op.requestTxn) return checkTxnRequest(op.requestTxn, maxOps);
+  throw Errors.keyNotFound; // an empty RequestOp
+}
+
+export function checkTxnRequest(r: TxnRequest, maxOps = MAX_TXN_OPS): void {
+  const opc = Math.max(r.compare.length, r.success.length, r.failure.length);
+  if (opc > maxOps) throw Errors.tooManyOps;
+  for (const c of r.compare) if (c.key.length === 0) throw Errors.emptyKey;
+  for (const op of r.success) checkRequestOp(op, maxOps - opc);
+  for (const op of r.failure) checkRequestOp(op, maxOps - opc);
+}
+
+/** [begin, end) byte intervals; a point k is [k, k+"\0"). */
+type Interval = [Buffer, Buffer];
+const intersectsPoint = (dels: Interval[], k: Buffer) => dels.some(([b, e]) => Buffer.compare(b, k) <= 0 && Buffer.compare(k, e) < 0);
+
+/** etcd's checkIntervals: no key may be put twice, or put and deleted, in one txn path. */
+export function checkIntervals(ops: RequestOp[]): { puts: Set<string>; dels: Interval[] } {
+  const dels: Interval[] = [];
+  for (const op of ops) {
+    const d = op.requestDeleteRange;
+    if (!d) continue;
+    const key = buf(d.key);
+    dels.push([key, d.rangeEnd.length ? buf(d.rangeEnd) : Buffer.concat([key, Buffer.from([0])])]);
+  }
+  const puts = new Set<string>();
+  for (const op of ops) {
+    const t = op.requestTxn;
+    if (!t) continue;
+    const then = checkIntervals(t.success);
+    const other = checkIntervals(t.failure);
+    for (const k of then.puts) {
+      if (puts.has(k) || intersectsPoint(dels, Buffer.from(k, 'latin1'))) throw Errors.duplicateKey;
+      puts.add(k);
+    }
+    for (const k of other.puts) {
+      if (puts.has(k) && !then.puts.has(k)) throw Errors.duplicateKey;
+      if (intersectsPoint(dels, Buffer.from(k, 'latin1'))) throw Errors.duplicateKey;
+      puts.add(k);
+    }
+    dels.push(...then.dels, ...other.dels);
+  }
+  for (const op of ops) {
+    const p = op.requestPut;
+    if (!p) continue;
+    const k = buf(p.key).toString('latin1');
+    if (puts.has(k) || intersectsPoint(dels, buf(p.key))) throw Errors.duplicateKey;
+    puts.add(k);
+  }
+  return { puts, dels };
+}
+
+// ---- the executor ------------------------------------------------------------------------
+
+/**
+ * One instance per storage process. Within a batch each request runs against the write
+ * transaction, so it sees the effects of the requests before it.
+ */
+export class Executor {
+  /** The current revision as of the last executed request. */
+  revision: number;
+  compactRevision: number;
+  /** Mutations of the request being executed (one revision). */
+  private mutations: Mutation[] = [];
+  private beginRev = 0;
+
+  constructor(private readonly db: MvccDb, private readonly id: Identity) {
+    this.revision = 0;
+    this.compactRevision = 0;
+    this.reload();
+  }
+
+  /** Re-reads the counters from the database (after an aborted batch). */
+  reload(): void {
+    this.revision = (this.db.meta.get(META.revision) as number | undefined) ?? 1;
+    this.compactRevision = (this.db.meta.get(META.compactRevision) as number | undefined) ?? 0;
+  }
+
+  private header(revision: number): R.Header {
+    return { clusterId: this.id.clusterId, memberId: this.id.memberId, revision, raftTerm: this.id.raftTerm };
+  }
+
+  private revs(): Revisions {
+    return { current: this.mutations.length ? this.beginRev + 1 : this.beginRev, compacted: this.compactRevision };
+  }
+
+  private begin(): void {
+    this.beginRev = this.revision;
+    this.mutations = [];
+  }
+
+  /** Closes the request: returns its WAL entry if it changed anything. */
+  private end(): WalEntry | undefined {
+    if (this.mutations.length === 0) return undefined;
+    this.revision = this.beginRev + 1;
+    this.db.meta.putSync(META.revision, this.revision);
+    return { revision: this.revision, mutations: this.mutations, compactRevision: 0 };
+  }
+
+  put(r: PutRequest): { response: Buffer; entry?: WalEntry } {
+    checkPutRequest(r);
+    if (bigint(r.lease) !== 0n) throw Errors.leaseNotFound; // leases arrive with the Lease service
+    this.begin();
+    const prev = this.db.kv.get(buf(r.key));
+    if ((r.ignoreValue || r.ignoreLease) && !prev) throw Errors.keyNotFound;
+    const rev = this.doPut(r, prev);
+    const response = R.build((w) => R.putResponse(w, this.header(rev), r.prevKv ? prev : undefined));
+    return { response, entry: this.end() };
+  }
+
+  /** Writes one key version; `prev` is its live version before the write. */
+  private doPut(r: PutRequest, prev: Buffer | undefined): number {
+    const rev = this.beginRev + 1;
+    const old: KeyValue | undefined = prev ? decodeKeyValue(prev) : undefined;
+    const key = buf(r.key);
+    const kv = encodeKeyValue({
+      key,
+      createRevision: old ? old.createRevision : rev,
+      modRevision: rev,
+      version: old ? old.version + 1 : 1,
+      value: r.ignoreValue && old ? old.value : r.value,
+      lease: r.ignoreLease && old ? old.lease : bigint(r.lease),
+    });
+    applyPut(this.db, key, kv, rev, this.mutations.length);
+    this.mutations.push({ type: MUTATION_PUT, kv });
+    return rev;
+  }
+
+  deleteRange(r: DeleteRangeRequest): { response: Buffer; entry?: WalEntry } {
+    checkKey(r.key);
+    this.begin();
+    const { deleted, prevKvs } = this.doDelete(r);
+    const rev = this.mutations.length ? this.beginRev + 1 : this.beginRev;
+    const response = R.build((w) => R.deleteRangeResponse(w, this.header(rev), deleted, prevKvs));
+    return { response, entry: this.end() };
+  }
+
+  private doDelete(r: DeleteRangeRequest): { deleted: number; prevKvs: Buffer[] } {
+    const live = rangeKeys(this.db, r.key, r.rangeEnd, Number.MAX_SAFE_INTEGER, 0, 0, false).kvs;
+    const rev = this.beginRev + 1;
+    for (const kv of live) {
+      const key = buf(decodeKeyValue(kv).key);
+      const tombstone = applyDelete(this.db, key, rev, this.mutations.length);
+      this.mutations.push({ type: MUTATION_DELETE, kv: tombstone });
+    }
+    return { deleted: live.length, prevKvs: r.prevKv ? live : [] };
+  }
+
+  txn(r: TxnRequest): { response: Buffer; entry?: WalEntry } {
+    checkTxnRequest(r);
+    checkIntervals(r.success);
+    checkIntervals(r.failure);
+    this.begin();
+    const path: boolean[] = [];
+    this.compareToPath(r, path);
+    if (hasWrites(r)) this.checkRequests(r, path.slice());
+    const responses = R.build((w) => this.applyTxn(w, r, path.slice()));
+    const rev = this.mutations.length ? this.beginRev + 1 : this.beginRev;
+    const head = R.build((w) => {
+      R.writeHeader(w, 1, this.header(rev));
+      if (path[0]) w.uint32(0x10).bool(true);
+    });
+    return { response: Buffer.concat([head, responses]), entry: this.end() };
+  }
+
+  /** Evaluates every compare on the chosen path against the state before the txn (as etcd). */
+  private compareToPath(r: TxnRequest, path: boolean[]): void {
+    const ok = r.compare.every((c) => this.applyCompare(c));
+    path.push(ok);
+    for (const op of ok ? r.success : r.failure) if (op.requestTxn) this.compareToPath(op.requestTxn, path);
+  }
+
+  private applyCompare(c: Compare): boolean {
+    const rr = rangeKeys(this.db, c.key, c.rangeEnd, Number.MAX_SAFE_INTEGER, 0, 0, false);
+    if (rr.kvs.length === 0) {
+      if (c.target === CompareTarget.VALUE) return false; // a missing key has no value to compare
+      return compareKV(c, undefined);
+    }
+    return rr.kvs.every((kv) => compareKV(c, decodeKeyValue(kv)));
+  }
+
+  /** etcd's checkRequests: fails the whole txn before any change. */
+  private checkRequests(r: TxnRequest, path: boolean[]): void {
+    const ok = path.shift()!;
+    for (const op of ok ? r.success : r.failure) {
+      if (op.requestTxn) { this.checkRequests(op.requestTxn, path); continue; }
+      const p = op.requestPut;
+      if (p) {
+        if ((p.ignoreValue || p.ignoreLease) && !this.db.kv.get(buf(p.key))) throw Errors.keyNotFound;
+        if (bigint(p.lease) !== 0n) throw Errors.leaseNotFound;
+      }
+      const g = op.requestRange;
+      if (g) {
+        const rev = num(g.revision);
+        if (rev === 0) continue;
+        if (rev > this.beginRev) throw Errors.futureRev;
+        if (rev < this.compactRevision) throw Errors.compacted;
+      }
+    }
+  }
+
+  /** Applies the chosen branch, writing ResponseOps (field 3) of a TxnResponse into `w`. */
+  private applyTxn(w: protobuf.Writer, r: TxnRequest, path: boolean[]): void {
+    const ok = path.shift()!;
+    for (const op of ok ? r.success : r.failure) {
+      R.embed(w, 3, (w) => {
+        if (op.requestRange) {
+          const rr = range(this.db, rangeParams(op.requestRange), this.revs());
+          R.embed(w, 1, (w) => R.rangeResponse(w, R.innerHeader(rr.revision), rr.kvs, rr.more, rr.count));
+        } else if (op.requestPut) {
+          const p = op.requestPut;
+          const prev = this.db.kv.get(buf(p.key));
+          const rev = this.doPut(p, prev);
+          R.embed(w, 2, (w) => R.putResponse(w, R.innerHeader(rev), p.prevKv ? prev : undefined));
+        } else if (op.requestDeleteRange) {
+          const { deleted, prevKvs } = this.doDelete(op.requestDeleteRange);
+          const rev = this.mutations.length ? this.beginRev + 1 : this.beginRev;
+          R.embed(w, 3, (w) => R.deleteRangeResponse(w, R.innerHeader(rev), deleted, prevKvs));
+        } else if (op.requestTxn) {
+          const t = op.requestTxn;
+          R.embed(w, 4, (w) => {
+            R.writeHeader(w, 1, R.innerHeader(0));
+            if (path[0]) w.uint32(0x10).bool(true);
+            this.applyTxn(w, t, path);
+          });
+        }
+      });
+    }
+  }
+
+  compact(r: CompactionRequest): { response: Buffer; entry?: WalEntry } {
+    const rev = num(r.revision);
+    if (rev <= this.compactRevision) throw Errors.compacted;
+    if (rev > this.revision) throw Errors.futureRev;
+    applyCompaction(this.db, rev);
+    this.compactRevision = rev;
+    const response = R.build((w) => R.compactionResponse(w, this.header(this.revision)));
+    return { response, entry: { revision: 0, mutations: [], compactRevision: rev } };
+  }
+}
+
+const CompareTarget = { VERSION: 0, CREATE: 1, MOD: 2, VALUE: 3, LEASE: 4 } as const;
+const CompareResult = { EQUAL: 0, GREATER: 1, LESS: 2, NOT_EQUAL: 3 } as const;
+
+function cmp(a: number | bigint, b: number | bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** etcd's compareKV; a missing key compares as a zero KeyValue. */
+function compareKV(c: Compare, kv: KeyValue | undefined): boolean {
+  const u = c.targetUnion;
+  let result: number;
+  switch (c.target) {
+    case CompareTarget.VALUE:
+      result = Buffer.compare(buf(kv ? kv.value : new Uint8Array(0)), buf(u === 'value' ? c.value : new Uint8Array(0)));
+      break;
+    case CompareTarget.CREATE:
+      result = cmp(kv?.createRevision ?? 0, u === 'createRevision' ? num(c.createRevision) : 0);
+      break;
+    case CompareTarget.MOD:
+      result = cmp(kv?.modRevision ?? 0, u === 'modRevision' ? num(c.modRevision) : 0);
+      break;
+    case CompareTarget.VERSION:
+      result = cmp(kv?.version ?? 0, u === 'version' ? num(c.version) : 0);
+      break;
+    case CompareTarget.LEASE:
+      result = cmp(kv?.lease ?? 0n, u === 'lease' ? bigint(c.lease) : 0n);
+      break;
+    default:
+      return true;
+  }
+  switch (c.result) {
+    case CompareResult.EQUAL: return result === 0;
+    case CompareResult.NOT_EQUAL: return result !== 0;
+    case CompareResult.GREATER: return result > 0;
+    case CompareResult.LESS: return result < 0;
+  }
+  return true;
+}
+
+function hasWrites(r: TxnRequest): boolean {
+  const ops = (list: RequestOp[]) =>
+    list.some((op) => op.requestPut || op.requestDeleteRange || (op.requestTxn && hasWrites(op.requestTxn)));
+  return ops(r.success) || ops(r.failure);
+}
+

@@ -1,0 +1,60 @@
+// The Storage service on <data-dir>/run/storage.sock: a long-lived bidi stream of write
+// batches (one message per caller event-loop turn), answered per group-commit drain.
+import * as grpc from '@grpc/grpc-js';
+import { service } from '../../shared/proto/index.js';
+import type { Engine, WriteResult } from './engine.js';
+import type { Logger } from '../../shared/log.js';
+import { statSync } from 'node:fs';
+import path from 'node:path';
+import { dbPath } from '../../shared/mvcc/schema.js';
+
+interface WriteRequest { id: unknown; op: number; body: Uint8Array }
+interface WriteBatch { requests: WriteRequest[] }
+
+export function storageServer(engine: Engine, dataDir: string, log: Logger): grpc.Server {
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  server.addService(service('kvs.storage.Storage'), {
+    Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
+      // Tells the gateway at once that this stream reached a live storage process.
+      call.sendMetadata(new grpc.Metadata());
+      let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
+      let flushScheduled = false;
+      const flush = () => {
+        flushScheduled = false;
+        const results = out;
+        out = [];
+        if (!call.writable || call.destroyed) return;
+        call.write({ results });
+      };
+      call.on('data', (batch: WriteBatch) => {
+        for (const req of batch.requests) {
+          const id = req.id;
+          engine.submit(req.op, req.body, (r: WriteResult) => {
+            out.push({ id, body: r.body, code: r.code, message: r.message });
+            if (!flushScheduled) {
+              flushScheduled = true;
+              process.nextTick(flush);
+            }
+          });
+        }
+      });
+      call.on('end', () => call.end());
+      call.on('error', (err) => log.debug({ err }, 'write stream closed'));
+    },
+    Status(_call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) {
+      let dbSize = 0;
+      try {
+        dbSize = statSync(path.join(dbPath(dataDir), 'data.mdb')).size;
+      } catch {}
+      cb(null, {
+        revision: engine.executor.revision,
+        compactRevision: engine.executor.compactRevision,
+        clusterId: engine.identity.clusterId,
+        memberId: engine.identity.memberId,
+        raftTerm: engine.identity.raftTerm,
+        dbSize,
+      });
+    },
+  });
+  return server;
+}

@@ -1,0 +1,469 @@
+/**
+ * The storage process's write-ahead log: a directory of segment files
+ * `<first index, 20 digits>.wal`, each a concatenation of frames (frame.ts).
+ *
+ * - Only the newest segment is ever written. Older segments are "sealed":
+ *   fsynced, closed, immutable, and handed to `onSeal` (for archiving).
+ * - Every `appendSync` call is one write + one fdatasync (group commit is the
+ *   caller's job: it passes a whole batch).
+ * - On open, a torn/corrupt tail of the newest segment is cut; any damage or
+ *   index discontinuity elsewhere refuses to open.
+ * - No timers here: the caller runs `rotateIfDue()` periodically.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { encodeFrames, MAX_INDEX, type WalRecord } from './frame.js';
+import { SegmentWriter, fsyncDir, listSegments, readSegment } from './segment.js';
+
+export type { WalRecord } from './frame.js';
+
+export type SealedSegment = { path: string; name: string; firstIndex: bigint; lastIndex: bigint; bytes: number };
+
+export type WalLogFn = (msg: string, fields?: Record<string, unknown>) => void;
+
+export interface WalOptions {
+  /** Seal the active segment before an append once it holds at least this many bytes. Default 50 MB (50_000_000). */
+  maxSegmentBytes?: number;
+  /** Seal the active (non-empty) segment once it is this old. Default 10_000 ms. */
+  maxSegmentAgeMs?: number;
+  /**
+   * Called synchronously after a segment has been sealed (from appendSync,
+   * rotateIfDue or seal). Keep it cheap (enqueue an upload). If it throws, the
+   * error propagates out of the calling method; the seal itself has already
+   * completed, and in appendSync the batch is then NOT written.
+   */
+  onSeal?: (s: SealedSegment) => void;
+  /** Clock in ms, used only for segment age. Default: monotonic epoch ms (performance.timeOrigin + performance.now()). */
+  now?: () => number;
+  /** Receives notices about what open() cut or removed. */
+  log?: WalLogFn;
+}
+
+export const DEFAULT_MAX_SEGMENT_BYTES = 50 * 1000 * 1000;
+export const DEFAULT_MAX_SEGMENT_AGE_MS = 10_000;
+
+interface Active {
+  writer: SegmentWriter;
+  /** Index of the last record in the segment; writer.firstIndex - 1n while empty. */
+  lastIndex: bigint;
+  /** Whether the directory has been fsynced since the file was created. */
+  dirSynced: boolean;
+}
+
+const monotonicNow = (): number => performance.timeOrigin + performance.now();
+
+const RESTORE_HINT =
+  'This is not the newest segment, so it cannot be a torn write, and opening past it would lose or misorder acknowledged writes. ' +
+  'Do not edit or delete WAL files by hand: stop this node and restore its data from the object store ' +
+  '(or move the WAL directory aside and rebuild the node from the object store), then restart.';
+
+export class Wal {
+  readonly dir: string;
+  readonly maxSegmentBytes: number;
+  readonly maxSegmentAgeMs: number;
+  readonly #onSeal: ((s: SealedSegment) => void) | undefined;
+  readonly #now: () => number;
+  readonly #log: WalLogFn | undefined;
+
+  #sealed: SealedSegment[] = [];
+  #active: Active | undefined;
+  #lastIndex = 0n;
+  /** False only while the log has never held a record and resetTo was not called: then any first index is accepted. */
+  #positioned = false;
+  #closed = false;
+  #failed: Error | undefined;
+
+  private constructor(dir: string, opts: WalOptions) {
+    this.dir = path.resolve(dir);
+    this.maxSegmentBytes = opts.maxSegmentBytes ?? DEFAULT_MAX_SEGMENT_BYTES;
+    this.maxSegmentAgeMs = opts.maxSegmentAgeMs ?? DEFAULT_MAX_SEGMENT_AGE_MS;
+    if (!(this.maxSegmentBytes > 0)) throw new RangeError('maxSegmentBytes must be > 0');
+    if (!(this.maxSegmentAgeMs >= 0)) throw new RangeError('maxSegmentAgeMs must be >= 0');
+    this.#onSeal = opts.onSeal;
+    this.#now = opts.now ?? monotonicNow;
+    this.#log = opts.log;
+  }
+
+  /**
+   * Opens (creating if needed) the WAL in `dir`, validating every segment.
+   * A torn or corrupt tail of the newest segment is truncated away (and
+   * reported through `log`); the newest segment, if it still holds records,
+   * becomes the active segment again (its age counts from now). Throws if an
+   * older segment is damaged or if record indices are not contiguous.
+   */
+  static open(dir: string, opts: WalOptions = {}): Wal {
+    const wal = new Wal(dir, opts);
+    try {
+      wal.#load();
+    } catch (err) {
+      wal.#active?.writer.abandon();
+      throw err;
+    }
+    return wal;
+  }
+
+  /** Index of the last record written (0n if the log never held one and resetTo was not called). */
+  get lastIndex(): bigint {
+    return this.#lastIndex;
+  }
+
+  /** Index of the oldest retained record, or 0n when no records are retained. */
+  get firstIndex(): bigint {
+    const s = this.#sealed[0];
+    if (s) return s.firstIndex;
+    const a = this.#active;
+    if (a && a.lastIndex >= a.writer.firstIndex) return a.writer.firstIndex;
+    return 0n;
+  }
+
+  /** True when no records are retained on disk. */
+  get isEmpty(): boolean {
+    return this.firstIndex === 0n;
+  }
+
+  /** Set when a failed append could not be rolled back; every later call throws. Restart the process. */
+  get failure(): Error | undefined {
+    return this.#failed;
+  }
+
+  /** The segment currently being written, if any (it may be empty after a failed first write). */
+  activeSegment(): { path: string; name: string; firstIndex: bigint; lastIndex: bigint; bytes: number; createdAt: number } | undefined {
+    const a = this.#active;
+    if (!a) return undefined;
+    const w = a.writer;
+    return { path: w.path, name: w.name, firstIndex: w.firstIndex, lastIndex: a.lastIndex, bytes: w.size, createdAt: w.createdAt };
+  }
+
+  /**
+   * Sets the position of an empty log (e.g. after restoring from the object
+   * store): the next append must start at lastIndex + 1. In memory only — no
+   * file is written until the next append. Throws if records are retained.
+   */
+  resetTo(lastIndex: bigint): void {
+    this.#checkUsable();
+    if (!this.isEmpty) throw new Error(`WAL ${this.dir}: resetTo(${lastIndex}) refused, the log still holds records ${this.firstIndex}..${this.#lastIndex}`);
+    if (lastIndex < 0n || lastIndex >= MAX_INDEX) throw new RangeError(`WAL resetTo: index ${lastIndex} out of range`);
+    this.#lastIndex = lastIndex;
+    this.#positioned = true;
+  }
+
+  /**
+   * Durably appends a batch: one write and one fdatasync. Indices must be
+   * lastIndex+1, lastIndex+2, ... (any start >= 1 on a never-used log). First
+   * rotates if the active segment is full or old. A batch is never split, so a
+   * segment may exceed maxSegmentBytes by up to one batch. On any write/sync
+   * error the file is cut back, nothing advances, and the error propagates.
+   */
+  appendSync(records: readonly WalRecord[]): void {
+    this.#checkUsable();
+    const n = records.length;
+    if (n === 0) return;
+    const first = records[0]!.index;
+    if (this.#positioned) {
+      if (first !== this.#lastIndex + 1n) {
+        throw new Error(`WAL append out of sequence: first index ${first}, expected ${this.#lastIndex + 1n}`);
+      }
+    } else if (first < 1n) {
+      throw new RangeError(`WAL append: first index must be >= 1, got ${first}`);
+    }
+    let prev = first;
+    for (let i = 1; i < n; i++) {
+      const idx = records[i]!.index;
+      if (idx !== prev + 1n) throw new Error(`WAL append out of sequence: record ${i} of the batch has index ${idx}, expected ${prev + 1n}`);
+      prev = idx;
+    }
+    const buf = encodeFrames(records); // validates sizes and u64 range before anything is touched
+
+    let act = this.#active;
+    if (act && act.lastIndex >= act.writer.firstIndex && this.#isDue(act)) {
+      this.#notify(this.#sealActive());
+      act = this.#active;
+    }
+    if (act && act.lastIndex < act.writer.firstIndex && act.writer.firstIndex !== first) {
+      // Empty leftover (failed first write) named for a different index: drop it.
+      this.#discardEmptyActive();
+      act = undefined;
+    }
+    if (!act) {
+      const writer = SegmentWriter.create(this.dir, first, this.#now());
+      act = this.#active = { writer, lastIndex: first - 1n, dirSynced: false };
+    }
+    if (!act.dirSynced) {
+      fsyncDir(this.dir);
+      act.dirSynced = true;
+    }
+
+    const w = act.writer;
+    const prevSize = w.size;
+    try {
+      w.appendSync(buf);
+      w.syncSync();
+    } catch (err) {
+      this.#rollback(act, prevSize, err);
+      throw err;
+    }
+    act.lastIndex = prev;
+    this.#lastIndex = prev;
+    this.#positioned = true;
+  }
+
+  /** Seals the active segment if it is non-empty and old (>= maxSegmentAgeMs) or full (>= maxSegmentBytes). */
+  rotateIfDue(): SealedSegment | undefined {
+    this.#checkUsable();
+    const act = this.#active;
+    if (!act || act.lastIndex < act.writer.firstIndex || !this.#isDue(act)) return undefined;
+    const s = this.#sealActive();
+    this.#notify(s);
+    return s;
+  }
+
+  /** Seals the active segment now (fsync, close). Returns undefined if there was nothing to seal. */
+  seal(): SealedSegment | undefined {
+    this.#checkUsable();
+    if (!this.#active) return undefined;
+    const s = this.#sealActive();
+    this.#notify(s);
+    return s;
+  }
+
+  /** Sealed segments, oldest first (copies). */
+  sealedSegments(): SealedSegment[] {
+    return this.#sealed.map((s) => ({ ...s }));
+  }
+
+  /**
+   * Yields every retained record with index >= fromIndex, oldest first,
+   * reading segment files from disk one at a time (payloads are views into a
+   * per-segment buffer). The set of segments is fixed at the first next().
+   */
+  *readFrom(fromIndex: bigint): Generator<WalRecord> {
+    this.#checkUsable();
+    const segs = this.sealedSegments();
+    const a = this.#active;
+    if (a && a.lastIndex >= a.writer.firstIndex) {
+      segs.push({ path: a.writer.path, name: a.writer.name, firstIndex: a.writer.firstIndex, lastIndex: a.lastIndex, bytes: a.writer.size });
+    }
+    for (const s of segs) {
+      if (s.lastIndex < fromIndex) continue;
+      const r = readSegment(s.path, s.bytes);
+      const count = s.lastIndex - s.firstIndex + 1n;
+      if (r.stop !== 'end' || r.validBytes !== s.bytes || BigInt(r.records.length) !== count || r.records[0]?.index !== s.firstIndex) {
+        throw new Error(
+          `WAL segment ${s.path} changed on disk since it was validated: expected records ${s.firstIndex}..${s.lastIndex} in ${s.bytes} bytes, ` +
+            `decoded ${r.records.length} records / ${r.validBytes} valid bytes (${r.stop}${r.detail ? ': ' + r.detail : ''})`,
+        );
+      }
+      const startAt = fromIndex > s.firstIndex ? Number(fromIndex - s.firstIndex) : 0;
+      for (let i = startAt; i < r.records.length; i++) yield r.records[i]!;
+    }
+  }
+
+  /**
+   * Deletes sealed segments whose lastIndex <= index (oldest first; the
+   * active segment is never deleted) and fsyncs the directory. Returns the
+   * deleted file names.
+   */
+  removeSealedThrough(index: bigint): string[] {
+    this.#checkUsable();
+    const removed: string[] = [];
+    let error: unknown;
+    while (this.#sealed.length > 0 && this.#sealed[0]!.lastIndex <= index) {
+      const s = this.#sealed[0]!;
+      try {
+        fs.unlinkSync(s.path);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+          error = err;
+          break;
+        }
+      }
+      this.#sealed.shift();
+      removed.push(s.name);
+    }
+    if (removed.length > 0) fsyncDir(this.dir);
+    if (error !== undefined) throw error;
+    return removed;
+  }
+
+  /** fsyncs and closes the active segment (it is not sealed or renamed). Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const act = this.#active;
+    this.#active = undefined;
+    if (!act) return;
+    if (this.#failed) {
+      act.writer.abandon();
+      return;
+    }
+    if (act.lastIndex < act.writer.firstIndex) {
+      // Never holds anything useful; open() would delete it anyway.
+      act.writer.abandon();
+      try {
+        fs.unlinkSync(act.writer.path);
+        fsyncDir(this.dir);
+      } catch {
+        /* best effort */
+      }
+      return;
+    }
+    try {
+      act.writer.close();
+    } catch (err) {
+      act.writer.abandon();
+      throw err;
+    }
+  }
+
+  // ---------------------------------------------------------------- internals
+
+  #checkUsable(): void {
+    if (this.#closed) throw new Error(`WAL ${this.dir} is closed`);
+    if (this.#failed) {
+      throw new Error(`WAL ${this.dir} is unusable: a failed append could not be rolled back (${this.#failed.message}); restart the process so open() can repair the tail`, {
+        cause: this.#failed,
+      });
+    }
+  }
+
+  #isDue(act: Active): boolean {
+    return act.writer.size >= this.maxSegmentBytes || this.#now() - act.writer.createdAt >= this.maxSegmentAgeMs;
+  }
+
+  #notify(s: SealedSegment | undefined): void {
+    if (s && this.#onSeal) this.#onSeal({ ...s });
+  }
+
+  /** Seals the active segment; an empty one is deleted instead (returns undefined). */
+  #sealActive(): SealedSegment | undefined {
+    const act = this.#active!;
+    if (act.lastIndex < act.writer.firstIndex) {
+      this.#discardEmptyActive();
+      return undefined;
+    }
+    const w = act.writer;
+    w.close(); // fsync + close; if the fsync throws nothing has changed
+    const s: SealedSegment = { path: w.path, name: w.name, firstIndex: w.firstIndex, lastIndex: act.lastIndex, bytes: w.size };
+    this.#sealed.push(s);
+    this.#active = undefined;
+    return { ...s };
+  }
+
+  #discardEmptyActive(): void {
+    const act = this.#active!;
+    this.#active = undefined;
+    act.writer.abandon();
+    fs.rmSync(act.writer.path, { force: true });
+    fsyncDir(this.dir);
+  }
+
+  #rollback(act: Active, prevSize: number, cause: unknown): void {
+    try {
+      act.writer.truncateSync(prevSize);
+    } catch (err) {
+      const e = new Error(
+        `could not truncate ${act.writer.path} back to ${prevSize} bytes after a failed append (${(cause as Error)?.message ?? cause}): ${(err as Error)?.message ?? err}`,
+        { cause: err },
+      );
+      this.#failed = e;
+      this.#log?.('WAL append failed and rollback failed; WAL disabled until restart', { file: act.writer.path, offset: prevSize, error: e.message });
+    }
+  }
+
+  #load(): void {
+    const created = fs.mkdirSync(this.dir, { recursive: true });
+    if (created !== undefined) fsyncDir(path.dirname(created));
+
+    const segs = listSegments(this.dir);
+    const toDelete: string[] = [];
+    let prevLast: bigint | undefined;
+    let prevPath: string | undefined;
+
+    for (let i = 0; i < segs.length; i++) {
+      const seg = segs[i]!;
+      const isLast = i === segs.length - 1;
+      const r = readSegment(seg.path);
+      const base = r.buf.byteOffset;
+      const offsetOf = (rec: WalRecord): number => rec.payload.byteOffset - base - 16;
+
+      // Index checks on the decoded prefix (never repaired, in any segment).
+      const recs = r.records;
+      if (recs.length > 0) {
+        const first = recs[0]!.index;
+        if (first !== seg.firstIndex) {
+          throw new Error(
+            `WAL segment ${seg.path}: the file name says the first index is ${seg.firstIndex} but the record at byte offset 0 has index ${first}. ${RESTORE_HINT}`,
+          );
+        }
+        if (prevLast !== undefined && first !== prevLast + 1n) {
+          throw new Error(
+            `WAL index gap: segment ${seg.path} starts (byte offset 0) at index ${first} but the previous segment ${prevPath} ends at index ${prevLast}` +
+              ` (expected ${prevLast + 1n}). ${RESTORE_HINT}`,
+          );
+        }
+        for (let k = 1; k < recs.length; k++) {
+          if (recs[k]!.index !== recs[k - 1]!.index + 1n) {
+            throw new Error(
+              `WAL segment ${seg.path}: record at byte offset ${offsetOf(recs[k]!)} has index ${recs[k]!.index}, expected ${recs[k - 1]!.index + 1n}` +
+                ` (index discontinuity). ${RESTORE_HINT}`,
+            );
+          }
+        }
+      }
+
+      if (!isLast) {
+        if (r.stop !== 'end') {
+          throw new Error(`WAL segment ${seg.path} is ${r.stop === 'torn' ? 'truncated' : 'corrupt'} at byte offset ${r.validBytes}: ${r.detail}. ${RESTORE_HINT}`);
+        }
+        if (recs.length === 0) {
+          this.#log?.('removing empty WAL segment', { file: seg.path });
+          toDelete.push(seg.path);
+          continue;
+        }
+        prevLast = recs[recs.length - 1]!.index;
+        prevPath = seg.path;
+        this.#sealed.push({ path: seg.path, name: seg.name, firstIndex: seg.firstIndex, lastIndex: prevLast, bytes: r.validBytes });
+        continue;
+      }
+
+      // Newest segment: cut a torn/corrupt tail (or a zero tail) away.
+      if (r.stop !== 'end') {
+        this.#log?.('cut torn/corrupt tail of the newest WAL segment', {
+          file: seg.path,
+          offset: r.validBytes,
+          cutBytes: r.fileBytes - r.validBytes,
+          fileBytes: r.fileBytes,
+          reason: r.stop,
+          detail: r.detail,
+          keptRecords: recs.length,
+          lastKeptIndex: recs.length > 0 ? recs[recs.length - 1]!.index.toString() : undefined,
+        });
+      } else if (r.validBytes < r.fileBytes) {
+        this.#log?.('trimming zero-filled tail of the newest WAL segment', { file: seg.path, offset: r.validBytes, cutBytes: r.fileBytes - r.validBytes });
+      }
+      if (recs.length === 0) {
+        this.#log?.('removing newest WAL segment: it holds no complete record', { file: seg.path, fileBytes: r.fileBytes });
+        toDelete.push(seg.path);
+        continue;
+      }
+      const writer = SegmentWriter.reopen(seg.path, seg.firstIndex, r.fileBytes, this.#now());
+      try {
+        if (r.validBytes < r.fileBytes) writer.truncateSync(r.validBytes);
+      } catch (err) {
+        writer.abandon();
+        throw err;
+      }
+      prevLast = recs[recs.length - 1]!.index;
+      this.#active = { writer, lastIndex: prevLast, dirSynced: true };
+    }
+
+    if (toDelete.length > 0) {
+      for (const f of toDelete) fs.rmSync(f, { force: true });
+      fsyncDir(this.dir);
+    }
+    if (prevLast !== undefined) {
+      this.#lastIndex = prevLast;
+      this.#positioned = true;
+    }
+  }
+}

@@ -1,0 +1,149 @@
+/**
+ * One WAL segment file: `<dir>/<first index, 20 decimal digits>.wal`.
+ *
+ * Uses the default `node:fs` object (not named imports) so that every call
+ * goes through a property lookup; tests rely on this to inject I/O failures.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { decodeFrames, type DecodeResult } from './frame.js';
+
+export const SEGMENT_SUFFIX = '.wal';
+const SEGMENT_NAME_RE = /^(\d{20})\.wal$/;
+
+export function segmentFileName(firstIndex: bigint): string {
+  if (firstIndex < 0n || firstIndex >= 1n << 64n) throw new RangeError(`segment index ${firstIndex} outside u64`);
+  return firstIndex.toString().padStart(20, '0') + SEGMENT_SUFFIX;
+}
+
+/** First index encoded in a segment file name, or undefined if `name` is not a segment file. */
+export function parseSegmentFileName(name: string): bigint | undefined {
+  const m = SEGMENT_NAME_RE.exec(name);
+  return m ? BigInt(m[1]!) : undefined;
+}
+
+/** Segment files in `dir`, sorted by first index (names are fixed width, so lexical order is numeric order). */
+export function listSegments(dir: string): { name: string; path: string; firstIndex: bigint }[] {
+  const out: { name: string; path: string; firstIndex: bigint }[] = [];
+  for (const name of fs.readdirSync(dir)) {
+    const firstIndex = parseSegmentFileName(name);
+    if (firstIndex !== undefined) out.push({ name, path: path.join(dir, name), firstIndex });
+  }
+  out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out;
+}
+
+/** fsync a directory so that creations/deletions/renames of its entries are durable. */
+export function fsyncDir(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Reads a whole segment (or its first `limit` bytes) and decodes it. Payloads are views into `buf`. */
+export function readSegment(file: string, limit?: number): DecodeResult & { buf: Buffer; fileBytes: number } {
+  const whole = fs.readFileSync(file);
+  const buf = limit !== undefined && limit < whole.length ? whole.subarray(0, limit) : whole;
+  return { ...decodeFrames(buf), buf, fileBytes: whole.length };
+}
+
+/**
+ * Appends frames to one segment file at explicit positions (pwrite), so that
+ * after a rollback (ftruncate) the next write lands exactly at the new end.
+ */
+export class SegmentWriter {
+  #fd: number | undefined;
+  #size: number;
+  readonly path: string;
+  readonly name: string;
+  readonly firstIndex: bigint;
+  /** Value of the injected clock when this writer was created/reopened (ms). */
+  readonly createdAt: number;
+
+  private constructor(file: string, fd: number, size: number, firstIndex: bigint, createdAt: number) {
+    this.path = file;
+    this.name = path.basename(file);
+    this.#fd = fd;
+    this.#size = size;
+    this.firstIndex = firstIndex;
+    this.createdAt = createdAt;
+  }
+
+  /** Creates a new, empty segment file (fails if it exists). The caller fsyncs the directory. */
+  static create(dir: string, firstIndex: bigint, createdAt: number): SegmentWriter {
+    const file = path.join(dir, segmentFileName(firstIndex));
+    const fd = fs.openSync(file, 'wx');
+    return new SegmentWriter(file, fd, 0, firstIndex, createdAt);
+  }
+
+  /** Reopens an existing segment for appending after its first `size` bytes (which must be valid). */
+  static reopen(file: string, firstIndex: bigint, size: number, createdAt: number): SegmentWriter {
+    const fd = fs.openSync(file, 'r+');
+    return new SegmentWriter(file, fd, size, firstIndex, createdAt);
+  }
+
+  get size(): number {
+    return this.#size;
+  }
+
+  get closed(): boolean {
+    return this.#fd === undefined;
+  }
+
+  #handle(): number {
+    if (this.#fd === undefined) throw new Error(`WAL segment ${this.path} is closed`);
+    return this.#fd;
+  }
+
+  /** Writes all of `buf` at the current end. `size` advances only if everything was written. */
+  appendSync(buf: Uint8Array): void {
+    const fd = this.#handle();
+    const base = this.#size;
+    let done = 0;
+    while (done < buf.byteLength) {
+      const n = fs.writeSync(fd, buf, done, buf.byteLength - done, base + done);
+      if (n <= 0) throw new Error(`WAL segment ${this.path}: write made no progress at offset ${base + done}`);
+      done += n;
+    }
+    this.#size = base + done;
+  }
+
+  syncSync(): void {
+    fs.fdatasyncSync(this.#handle());
+  }
+
+  /** Cuts the file back to `size` bytes and makes that durable. */
+  truncateSync(size: number): void {
+    const fd = this.#handle();
+    fs.ftruncateSync(fd, size);
+    fs.fdatasyncSync(fd);
+    this.#size = size;
+  }
+
+  /**
+   * Full fsync then close. Idempotent. If the fsync throws, the file stays
+   * open (nothing changed) and the error propagates.
+   */
+  close(): void {
+    const fd = this.#fd;
+    if (fd === undefined) return;
+    fs.fsyncSync(fd);
+    this.#fd = undefined;
+    fs.closeSync(fd);
+  }
+
+  /** Close without syncing (used after a failure). Idempotent; never throws. */
+  abandon(): void {
+    const fd = this.#fd;
+    if (fd === undefined) return;
+    this.#fd = undefined;
+    try {
+      fs.closeSync(fd);
+    } catch {
+      /* ignore */
+    }
+  }
+}

@@ -1,0 +1,44 @@
+// What every component process does the same way: tell the supervisor when it is ready,
+// stop cleanly on SIGTERM, and exit when the supervisor is gone.
+import type { Logger } from './log.js';
+
+export interface ComponentHooks {
+  /** Graceful stop: finish in-flight work, release files. */
+  stop(): Promise<void>;
+}
+
+/** Sent to the supervisor over the IPC channel (absent when run alone in the foreground). */
+export function signalReady(info: Record<string, unknown> = {}): void {
+  process.send?.({ type: 'ready', ...info });
+}
+
+export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
+  let stopping = false;
+  const stop = async (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ why }, 'stopping');
+    const force = setTimeout(() => {
+      log.error('graceful stop took longer than 10 s; exiting');
+      process.exit(1);
+    }, 10_000);
+    force.unref();
+    try {
+      await hooks.stop();
+    } catch (err) {
+      log.error({ err }, 'error while stopping');
+      process.exitCode = 1;
+    }
+    log.flush?.();
+    process.exit();
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  if (process.send) {
+    // Under the supervisor a terminal's Ctrl-C reaches every process of the group; the
+    // supervisor alone decides the order in which components stop.
+    process.on('SIGINT', () => {});
+    process.on('disconnect', () => void stop('supervisor gone'));
+  } else {
+    process.on('SIGINT', () => void stop('SIGINT'));
+  }
+}

@@ -1,0 +1,76 @@
+// Every flag of `kvs run` (and of the components, which take the same flags), with its
+// KVS_* environment variable. Precedence: command line, then environment, then default.
+import path from 'node:path';
+
+export interface FlagSpec {
+  flag: string;
+  env: string;
+  description: string;
+  default?: string;
+  type: 'string' | 'boolean' | 'number';
+}
+
+const flag = (flag: string, type: FlagSpec['type'], description: string, def?: string): FlagSpec => ({
+  flag,
+  env: 'KVS_' + flag.replace(/-/g, '_').toUpperCase(),
+  description,
+  default: def,
+  type,
+});
+
+export const RUN_FLAGS: FlagSpec[] = [
+  flag('data-dir', 'string', 'Local data directory (embedded database, wal/, run/ sockets)', './kvs-data'),
+  flag('listen', 'string', 'Client gRPC listen address, host:port', '127.0.0.1:3379'),
+  flag('node-id', 'string', 'Node name (shown by member list)', 'default'),
+  flag('log-level', 'string', 'Log verbosity: fatal, error, warn, info, debug, trace', 'info'),
+  flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
+];
+
+export interface Config {
+  dataDir: string;
+  listen: string;
+  nodeId: string;
+  logLevel: string;
+  readConsistency: 'linearizable' | 'serializable';
+}
+
+function camel(flag: string): string {
+  return flag.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+/** Resolves flags parsed by sade (kebab-case keys) against the environment and defaults. */
+export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.ProcessEnv = process.env): Config {
+  const out: Record<string, unknown> = {};
+  for (const f of RUN_FLAGS) {
+    let v: unknown = opts[f.flag];
+    if (v === undefined || v === '') v = env[f.env];
+    if (v === undefined || v === '') v = f.default;
+    if (f.type === 'boolean' && typeof v === 'string') v = v === 'true' || v === '1';
+    if (f.type === 'number' && typeof v === 'string') v = Number(v);
+    out[camel(f.flag)] = v;
+  }
+  const cfg = out as unknown as Config;
+  cfg.dataDir = path.resolve(String(cfg.dataDir));
+  if (!/^[^:]+:\d+$/.test(cfg.listen) && !/^\[.*\]:\d+$/.test(cfg.listen)) {
+    throw new Error(`--listen must be host:port, got "${cfg.listen}"`);
+  }
+  if (cfg.readConsistency !== 'linearizable' && cfg.readConsistency !== 'serializable') {
+    throw new Error(`--read-consistency must be linearizable or serializable, got "${cfg.readConsistency}"`);
+  }
+  return cfg;
+}
+
+/** The command-line form of a config, to start a component with the same flags. */
+export function configArgs(cfg: Config): string[] {
+  const args: string[] = [];
+  for (const f of RUN_FLAGS) {
+    const v = (cfg as unknown as Record<string, unknown>)[camel(f.flag)];
+    if (v !== undefined) args.push(`--${f.flag}=${String(v)}`);
+  }
+  return args;
+}
+
+/** Where components find each other: unix sockets under <data-dir>/run/. */
+export function socketPath(dataDir: string, name: string): string {
+  return path.join(dataDir, 'run', `${name}.sock`);
+}

@@ -1,0 +1,37 @@
+// gRPC plumbing shared by every process: unix-socket servers for the internal services.
+import fs from 'node:fs';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+
+/** Binds a server on a unix socket, replacing a stale socket file left by a crashed process. */
+export async function bindUnix(server: grpc.Server, socket: string): Promise<void> {
+  fs.mkdirSync(path.dirname(socket), { recursive: true });
+  if (Buffer.byteLength(socket) > 107) {
+    throw new Error(`socket path ${socket} is longer than the 107 bytes unix sockets allow; use a shorter --data-dir`);
+  }
+  fs.rmSync(socket, { force: true });
+  await new Promise<void>((resolve, reject) =>
+    server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
+  );
+}
+
+/** Stops a server: lets calls finish for up to `graceMs`, then cuts the rest. */
+export function shutdown(server: grpc.Server, graceMs = 5000): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, graceMs);
+    timer.unref();
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+/** Unix-socket channels carry large internal messages (snapshots, batches). */
+export const INTERNAL_CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  'grpc.max_receive_message_length': -1,
+  'grpc.max_send_message_length': -1,
+};

@@ -1,0 +1,156 @@
+// mvccpb.KeyValue, encoded and decoded by hand.
+//
+// The stored form of every key version IS the protobuf encoding of mvccpb.KeyValue, so a
+// range read copies stored bytes straight into a RangeResponse without decoding them.
+// Field numbers: key=1, create_revision=2, mod_revision=3, version=4, value=5, lease=6.
+
+export interface KeyValue {
+  key: Uint8Array;
+  createRevision: number;
+  modRevision: number;
+  version: number;
+  value: Uint8Array;
+  /** Lease ids are full int64s (etcd hands out ids above 2^53), so they stay bigint. */
+  lease: bigint;
+}
+
+export const EMPTY = new Uint8Array(0);
+
+function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+function bigVarintSize(n: bigint): number {
+  if (n < 0n) return 10;
+  let size = 1;
+  while (n >= 0x80n) {
+    n >>= 7n;
+    size++;
+  }
+  return size;
+}
+
+function writeVarint(buf: Uint8Array, pos: number, n: number): number {
+  while (n >= 0x80) {
+    buf[pos++] = (n & 0x7f) | 0x80;
+    n = Math.floor(n / 128);
+  }
+  buf[pos++] = n;
+  return pos;
+}
+
+function writeBigVarint(buf: Uint8Array, pos: number, n: bigint): number {
+  let v = BigInt.asUintN(64, n);
+  while (v >= 0x80n) {
+    buf[pos++] = Number(v & 0x7fn) | 0x80;
+    v >>= 7n;
+  }
+  buf[pos++] = Number(v);
+  return pos;
+}
+
+export function encodeKeyValue(kv: KeyValue): Buffer {
+  let size = 0;
+  if (kv.key.length) size += 1 + varintSize(kv.key.length) + kv.key.length;
+  if (kv.createRevision) size += 1 + varintSize(kv.createRevision);
+  if (kv.modRevision) size += 1 + varintSize(kv.modRevision);
+  if (kv.version) size += 1 + varintSize(kv.version);
+  if (kv.value.length) size += 1 + varintSize(kv.value.length) + kv.value.length;
+  if (kv.lease) size += 1 + bigVarintSize(kv.lease);
+  const buf = Buffer.allocUnsafe(size);
+  let pos = 0;
+  if (kv.key.length) {
+    buf[pos++] = 0x0a;
+    pos = writeVarint(buf, pos, kv.key.length);
+    buf.set(kv.key, pos);
+    pos += kv.key.length;
+  }
+  if (kv.createRevision) {
+    buf[pos++] = 0x10;
+    pos = writeVarint(buf, pos, kv.createRevision);
+  }
+  if (kv.modRevision) {
+    buf[pos++] = 0x18;
+    pos = writeVarint(buf, pos, kv.modRevision);
+  }
+  if (kv.version) {
+    buf[pos++] = 0x20;
+    pos = writeVarint(buf, pos, kv.version);
+  }
+  if (kv.value.length) {
+    buf[pos++] = 0x2a;
+    pos = writeVarint(buf, pos, kv.value.length);
+    buf.set(kv.value, pos);
+    pos += kv.value.length;
+  }
+  if (kv.lease) {
+    buf[pos++] = 0x30;
+    pos = writeBigVarint(buf, pos, kv.lease);
+  }
+  return buf;
+}
+
+/** Decodes a stored KeyValue. key and value are views into `buf`, not copies. */
+export function decodeKeyValue(buf: Uint8Array): KeyValue {
+  const kv: KeyValue = { key: EMPTY, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n };
+  let pos = 0;
+  const end = buf.length;
+  while (pos < end) {
+    const tag = buf[pos++];
+    const wire = tag & 7;
+    if (wire === 0) {
+      // varint: read as bigint only for the lease field, numbers otherwise
+      if (tag >> 3 === 6) {
+        let v = 0n;
+        let shift = 0n;
+        let b: number;
+        do {
+          b = buf[pos++];
+          v |= BigInt(b & 0x7f) << shift;
+          shift += 7n;
+        } while (b & 0x80);
+        kv.lease = BigInt.asIntN(64, v);
+        continue;
+      }
+      let v = 0;
+      let mul = 1;
+      let b: number;
+      do {
+        b = buf[pos++];
+        v += (b & 0x7f) * mul;
+        mul *= 128;
+      } while (b & 0x80);
+      switch (tag >> 3) {
+        case 2: kv.createRevision = v; break;
+        case 3: kv.modRevision = v; break;
+        case 4: kv.version = v; break;
+      }
+    } else if (wire === 2) {
+      let len = 0;
+      let mul = 1;
+      let b: number;
+      do {
+        b = buf[pos++];
+        len += (b & 0x7f) * mul;
+        mul *= 128;
+      } while (b & 0x80);
+      const field = tag >> 3;
+      if (field === 1) kv.key = buf.subarray(pos, pos + len);
+      else if (field === 5) kv.value = buf.subarray(pos, pos + len);
+      pos += len;
+    } else {
+      throw new Error(`corrupt KeyValue record: unexpected wire type ${wire}`);
+    }
+  }
+  return kv;
+}
+
+/** The mod_revision of a stored KeyValue, without decoding the rest (for sorts and filters). */
+export function keyValueSize(buf: Uint8Array): number {
+  return buf.length;
+}

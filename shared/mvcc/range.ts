@@ -1,0 +1,190 @@
+// Range evaluation with etcd 3.4's rules (etcdserver/apply.go Range + mvcc rangeKeys), over
+// whichever LMDB transaction is current: the gateway's read snapshot or the storage
+// process's write transaction (so a Range inside a Txn sees the Txn's earlier writes).
+import type { MvccDb } from './schema.js';
+import { META, readMeta } from './schema.js';
+import { decodeKeyValue, encodeKeyValue, type KeyValue } from './keyvalue.js';
+import { mainOf, EVENT_PUT, REVKEY_BYTES } from './revision.js';
+import { Errors } from '../errors.js';
+
+export const SortOrder = { NONE: 0, ASCEND: 1, DESCEND: 2 } as const;
+export const SortTarget = { KEY: 0, VERSION: 1, CREATE: 2, MOD: 3, VALUE: 4 } as const;
+
+/** The fields of etcdserverpb.RangeRequest, with int64s as numbers. */
+export interface RangeParams {
+  key: Uint8Array;
+  rangeEnd: Uint8Array;
+  limit: number;
+  revision: number;
+  sortOrder: number;
+  sortTarget: number;
+  keysOnly: boolean;
+  countOnly: boolean;
+  minModRevision: number;
+  maxModRevision: number;
+  minCreateRevision: number;
+  maxCreateRevision: number;
+}
+
+export interface RangeResult {
+  /** Encoded mvccpb.KeyValue records, ready to be copied into a response. */
+  kvs: Buffer[];
+  count: number;
+  more: boolean;
+  /** The header revision: the current revision, also for reads in the past. */
+  revision: number;
+}
+
+export interface Revisions {
+  current: number;
+  compacted: number;
+}
+
+export function readRevisions(db: MvccDb): Revisions {
+  return { current: readMeta(db, META.revision), compacted: readMeta(db, META.compactRevision) };
+}
+
+/** "\0" as range_end means "every key >= key". */
+export function isFromKey(rangeEnd: Uint8Array): boolean {
+  return rangeEnd.length === 1 && rangeEnd[0] === 0;
+}
+
+/** The upper bound for LMDB (exclusive), or undefined for "to the end". */
+function upperBound(rangeEnd: Uint8Array): Buffer | undefined {
+  return isFromKey(rangeEnd) ? undefined : Buffer.from(rangeEnd.buffer, rangeEnd.byteOffset, rangeEnd.length);
+}
+
+function asBuffer(b: Uint8Array): Buffer {
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
+}
+
+/** Checks the requested revision as etcd does; returns the revision to read at. */
+export function resolveRevision(requested: number, revs: Revisions): number {
+  if (requested > revs.current) throw Errors.futureRev;
+  const rev = requested <= 0 ? revs.current : requested;
+  if (rev < revs.compacted) throw Errors.compacted;
+  return rev;
+}
+
+/**
+ * Every live version in [key, rangeEnd) at revision `rev` (etcd's mvcc rangeKeys), in key
+ * order; `limit` 0 means all. Returns the records and the total number of keys in range.
+ */
+export function rangeKeys(
+  db: MvccDb,
+  key: Uint8Array,
+  rangeEnd: Uint8Array,
+  rev: number,
+  current: number,
+  limit: number,
+  countOnly: boolean,
+): { kvs: Buffer[]; count: number } {
+  const start = asBuffer(key);
+  if (rangeEnd.length === 0) {
+    const v = rev >= current ? db.kv.get(start) : versionAt(db, start, rev);
+    if (!v) return { kvs: [], count: 0 };
+    return { kvs: countOnly ? [] : [v], count: 1 };
+  }
+  const end = upperBound(rangeEnd);
+  if (end && Buffer.compare(start, end) >= 0) return { kvs: [], count: 0 };
+  if (rev >= current) {
+    const count = db.kv.getCount({ start, end });
+    if (countOnly || count === 0) return { kvs: [], count };
+    const kvs: Buffer[] = [];
+    for (const { value } of db.kv.getRange({ start, end, limit: limit > 0 ? limit : undefined })) kvs.push(value);
+    return { kvs, count };
+  }
+  // In the past: walk every key that ever had a version in range.
+  const kvs: Buffer[] = [];
+  let count = 0;
+  for (const k of db.keyrevs.getKeys({ start, end })) {
+    const v = versionAt(db, k, rev, countOnly || (limit > 0 && kvs.length >= limit));
+    if (!v) continue;
+    count++;
+    if (!countOnly && (limit <= 0 || kvs.length < limit) && v.length) kvs.push(v);
+  }
+  return { kvs, count };
+}
+
+const PRESENT = Buffer.alloc(0);
+
+/**
+ * The version of `key` live at revision `rev`, or undefined if it did not exist then. With
+ * `existsOnly` an empty Buffer stands for "exists" and the record is not read.
+ */
+function versionAt(db: MvccDb, key: Buffer, rev: number, existsOnly = false): Buffer | undefined {
+  for (const ref of db.keyrevs.getValues(key, { reverse: true })) {
+    if (mainOf(ref) > rev) continue;
+    if (ref[REVKEY_BYTES] !== EVENT_PUT) return undefined;
+    if (existsOnly) return PRESENT;
+    return db.history.get(ref.subarray(0, REVKEY_BYTES));
+  }
+  return undefined;
+}
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  return Buffer.compare(a, b);
+}
+
+/** etcd's Range: filters, sort, limit and keys_only on top of rangeKeys. */
+export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevisions(db)): RangeResult {
+  if (p.key.length === 0) throw Errors.emptyKey;
+  const rev = resolveRevision(p.revision, revs);
+  const filtered = p.minModRevision || p.maxModRevision || p.minCreateRevision || p.maxCreateRevision;
+  let sortOrder = p.sortOrder;
+  if (p.sortTarget !== SortTarget.KEY && sortOrder === SortOrder.NONE) sortOrder = SortOrder.ASCEND;
+  // Sorting by key ascending is the natural order; anything else needs every key in range.
+  const fetchAll = filtered || (sortOrder !== SortOrder.NONE && !(sortOrder === SortOrder.ASCEND && p.sortTarget === SortTarget.KEY));
+  const fetchLimit = fetchAll || p.limit <= 0 ? 0 : p.limit + 1;
+  const rr = rangeKeys(db, p.key, p.rangeEnd, rev, revs.current, fetchLimit, p.countOnly);
+  let kvs = rr.kvs;
+  if (p.countOnly) return { kvs: [], count: rr.count, more: false, revision: revs.current };
+
+  let decoded: KeyValue[] | undefined;
+  if (filtered || (sortOrder !== SortOrder.NONE && p.sortTarget !== SortTarget.KEY) || p.keysOnly) {
+    decoded = kvs.map(decodeKeyValue);
+  }
+  if (filtered && decoded) {
+    const keep: number[] = [];
+    decoded.forEach((kv, i) => {
+      if (p.maxModRevision && kv.modRevision > p.maxModRevision) return;
+      if (p.minModRevision && kv.modRevision < p.minModRevision) return;
+      if (p.maxCreateRevision && kv.createRevision > p.maxCreateRevision) return;
+      if (p.minCreateRevision && kv.createRevision < p.minCreateRevision) return;
+      keep.push(i);
+    });
+    kvs = keep.map((i) => kvs[i]);
+    decoded = keep.map((i) => decoded![i]);
+  }
+  if (sortOrder !== SortOrder.NONE) {
+    const dir = sortOrder === SortOrder.DESCEND ? -1 : 1;
+    if (p.sortTarget === SortTarget.KEY) {
+      if (dir < 0) {
+        kvs = kvs.slice().reverse();
+        decoded = decoded?.slice().reverse();
+      }
+    } else {
+      const d = decoded!;
+      const order = d.map((_, i) => i);
+      const field = (kv: KeyValue): number =>
+        p.sortTarget === SortTarget.VERSION ? kv.version : p.sortTarget === SortTarget.CREATE ? kv.createRevision : kv.modRevision;
+      // Stable on the target, ties left in key order in both directions: matches etcd, whose
+      // insertion sort (up to 12 elements) keeps ties in key order.
+      order.sort((a, b) => {
+        const c = p.sortTarget === SortTarget.VALUE ? compareBytes(d[a].value, d[b].value) : field(d[a]) - field(d[b]);
+        return c * dir;
+      });
+      kvs = order.map((i) => kvs[i]);
+      decoded = order.map((i) => d[i]);
+    }
+  }
+  let more = false;
+  if (p.limit > 0 && kvs.length > p.limit) {
+    kvs = kvs.slice(0, p.limit);
+    more = true;
+  }
+  if (p.keysOnly) {
+    kvs = kvs.map((_, i) => encodeKeyValue({ ...decoded![i], value: new Uint8Array(0) }));
+  }
+  return { kvs, count: rr.count, more, revision: revs.current };
+}

@@ -1,0 +1,69 @@
+// Encoders for the etcd responses built from stored records. Records are copied into the
+// response as they are stored (they are already encoded mvccpb.KeyValue messages).
+import protobuf from 'protobufjs';
+
+export interface Header {
+  clusterId: string;
+  memberId: string;
+  revision: number;
+  raftTerm: number;
+}
+
+/** Headers of responses nested in a Txn carry only a revision (as etcd's do). */
+export function innerHeader(revision: number): Header {
+  return { clusterId: '0', memberId: '0', revision, raftTerm: 0 };
+}
+
+export function writeHeader(w: protobuf.Writer, field: number, h: Header): void {
+  w.uint32((field << 3) | 2).fork();
+  if (h.clusterId !== '0') w.uint32(0x08).uint64(h.clusterId);
+  if (h.memberId !== '0') w.uint32(0x10).uint64(h.memberId);
+  if (h.revision) w.uint32(0x18).int64(h.revision);
+  if (h.raftTerm) w.uint32(0x20).uint64(h.raftTerm);
+  w.ldelim();
+}
+
+function writeKvs(w: protobuf.Writer, field: number, kvs: readonly Uint8Array[]): void {
+  const tag = (field << 3) | 2;
+  for (const kv of kvs) w.uint32(tag).bytes(kv);
+}
+
+/** etcdserverpb.RangeResponse: header=1, kvs=2, more=3, count=4. */
+export function rangeResponse(w: protobuf.Writer, h: Header, kvs: readonly Uint8Array[], more: boolean, count: number): void {
+  writeHeader(w, 1, h);
+  writeKvs(w, 2, kvs);
+  if (more) w.uint32(0x18).bool(true);
+  if (count) w.uint32(0x20).int64(count);
+}
+
+/** etcdserverpb.PutResponse: header=1, prev_kv=2. */
+export function putResponse(w: protobuf.Writer, h: Header, prevKv: Uint8Array | undefined): void {
+  writeHeader(w, 1, h);
+  if (prevKv) w.uint32(0x12).bytes(prevKv);
+}
+
+/** etcdserverpb.DeleteRangeResponse: header=1, deleted=2, prev_kvs=3. */
+export function deleteRangeResponse(w: protobuf.Writer, h: Header, deleted: number, prevKvs: readonly Uint8Array[]): void {
+  writeHeader(w, 1, h);
+  if (deleted) w.uint32(0x10).int64(deleted);
+  writeKvs(w, 3, prevKvs);
+}
+
+/** etcdserverpb.CompactionResponse: header=1. */
+export function compactionResponse(w: protobuf.Writer, h: Header): void {
+  writeHeader(w, 1, h);
+}
+
+/** Runs an encoder into a fresh writer and returns the bytes. */
+export function build(fn: (w: protobuf.Writer) => void): Buffer {
+  const w = protobuf.Writer.create();
+  fn(w);
+  return w.finish() as Buffer;
+}
+
+/** Runs an encoder as an embedded message (field `field`) of the writer's current message. */
+export function embed(w: protobuf.Writer, field: number, fn: (w: protobuf.Writer) => void): void {
+  w.uint32((field << 3) | 2).fork();
+  fn(w);
+  w.ldelim();
+}

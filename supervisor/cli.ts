@@ -1,0 +1,108 @@
+// The `kvs` command line.
+import sade from 'sade';
+import * as grpc from '@grpc/grpc-js';
+import { RUN_FLAGS, resolveConfig, socketPath, type Config } from '../shared/config.js';
+import { service } from '../shared/proto/index.js';
+import { VERSION } from '../shared/version.js';
+import { Supervisor, COMPONENTS } from './supervisor.js';
+
+const prog = sade('kvs').version(VERSION.kvs);
+
+function withRunFlags(cmd: ReturnType<typeof sade>) {
+  for (const f of RUN_FLAGS) {
+    cmd.option(`--${f.flag}`, `${f.description} (env ${f.env}${f.default !== undefined ? `, default ${f.default}` : ''})`);
+  }
+  return cmd;
+}
+
+function fail(err: unknown): never {
+  process.stderr.write(`kvs: ${(err as Error)?.message ?? String(err)}\n`);
+  process.exit(2);
+}
+
+function config(opts: Record<string, unknown>): Config {
+  try {
+    return resolveConfig(opts);
+  } catch (err) {
+    fail(err);
+  }
+}
+
+withRunFlags(prog.command('run').describe('Start a node: the supervisor and its storage and gateway processes'))
+  .example('run')
+  .example('run --data-dir /var/lib/kvs --listen 0.0.0.0:3379')
+  .action(async (opts: Record<string, unknown>) => {
+    await new Supervisor(config(opts)).run();
+  });
+
+withRunFlags(
+  prog
+    .command('component <name>')
+    .describe(`Run one component in the foreground, for debugging (${COMPONENTS.join(', ')}); takes the flags of run. Start storage before gateway.`),
+)
+  .example('component storage --data-dir ./kvs-data')
+  .action(async (name: string, opts: Record<string, unknown>) => {
+    const cfg = config(opts);
+    try {
+      switch (name) {
+        case 'storage':
+          return await (await import('../services/storage/main.js')).runStorage(cfg);
+        case 'gateway':
+          return await (await import('../services/gateway/main.js')).runGateway(cfg);
+        default:
+          fail(`unknown component "${name}"; components: ${COMPONENTS.join(', ')}`);
+      }
+    } catch (err) {
+      process.stderr.write(`kvs ${name}: ${(err as Error).stack ?? err}\n`);
+      process.exit(1);
+    }
+  });
+
+function controlClient(dataDir: string): grpc.Client & Record<string, any> {
+  const Ctor = grpc.makeGenericClientConstructor(service('kvs.control.Control'), 'Control');
+  return new Ctor(`unix:${socketPath(dataDir, 'ctl')}`, grpc.credentials.createInsecure()) as any;
+}
+
+function ctlCall(opts: Record<string, unknown>, method: string, req: object): Promise<any> {
+  const cfg = config(opts);
+  const client = controlClient(cfg.dataDir);
+  return new Promise((resolve, reject) => {
+    client[method](req, { deadline: Date.now() + 60_000 }, (err: grpc.ServiceError | null, res: unknown) => {
+      client.close();
+      if (!err) return resolve(res);
+      if (err.code === grpc.status.UNAVAILABLE) {
+        reject(new Error(`no kvs node is running on data directory ${cfg.dataDir} (${socketPath(cfg.dataDir, 'ctl')} does not answer)`));
+      } else reject(new Error(err.details || err.message));
+    });
+  });
+}
+
+prog
+  .command('ctl <action> [component]')
+  .describe('Talk to a running node: `status` lists its components, `restart <component>` restarts one')
+  .option('--data-dir', 'Data directory of the node (env KVS_DATA_DIR, default ./kvs-data)')
+  .option('--json', 'Print JSON')
+  .example('ctl status --data-dir ./kvs-data')
+  .example('ctl restart gateway')
+  .action(async (action: string, component: string | undefined, opts: Record<string, unknown>) => {
+    try {
+      if (action === 'status') {
+        const res = await ctlCall(opts, 'Status', {});
+        if (opts.json) return void process.stdout.write(JSON.stringify(res) + '\n');
+        process.stdout.write(`node ${res.ready ? 'ready' : 'not ready'}, clients on ${res.listen}, supervisor pid ${res.supervisorPid}\n`);
+        for (const c of res.components) {
+          process.stdout.write(`${c.name.padEnd(10)} ${c.state.padEnd(10)} pid ${String(c.pid || '-').padEnd(8)} restarts ${c.restarts}${c.lastExit ? `  last exit: ${c.lastExit}` : ''}\n`);
+        }
+      } else if (action === 'restart') {
+        if (!component) fail(`restart needs a component: ${COMPONENTS.join(', ')}`);
+        const res = await ctlCall(opts, 'Restart', { component });
+        process.stdout.write(`${res.component.name} restarted: pid ${res.component.pid}, state ${res.component.state}\n`);
+      } else {
+        fail(`unknown ctl action "${action}"; actions: status, restart`);
+      }
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+prog.parse(process.argv);

@@ -1,0 +1,133 @@
+// One supervised component process: start it, learn when it is ready, restart it when it
+// dies unexpectedly (exponential backoff), and report a crash loop.
+import { execa, type ResultPromise } from 'execa';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from '../shared/log.js';
+
+export const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
+
+export type State = 'stopped' | 'starting' | 'ready' | 'stopping' | 'backoff' | 'crash-loop';
+
+const BACKOFF_START_MS = 100;
+const BACKOFF_MAX_MS = 10_000;
+/** A run this long counts as healthy: the backoff starts over. */
+const HEALTHY_AFTER_MS = 30_000;
+/** This many unexpected exits within CRASH_LOOP_WINDOW_MS is a crash loop. */
+const CRASH_LOOP_EXITS = 5;
+const CRASH_LOOP_WINDOW_MS = 60_000;
+
+export class Component {
+  state: State = 'stopped';
+  pid = 0;
+  restarts = 0;
+  startedAt = 0;
+  lastExit = '';
+  private child: ResultPromise | undefined;
+  private exits: number[] = [];
+  private backoffMs = BACKOFF_START_MS;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readyWaiters: { resolve(): void; reject(e: Error): void }[] = [];
+  private wanted = false;
+
+  constructor(
+    readonly name: string,
+    private readonly args: string[],
+    private readonly log: Logger,
+    private readonly onReady: (c: Component) => void = () => {},
+  ) {}
+
+  /** Starts the process and resolves once it reports ready; rejects if it exits first. */
+  start(): Promise<void> {
+    this.wanted = true;
+    const ready = new Promise<void>((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+    this.spawn();
+    return ready;
+  }
+
+  private spawn(): void {
+    this.state = 'starting';
+    this.startedAt = Date.now();
+    const child = execa(process.execPath, [KVS_BIN, 'component', this.name, ...this.args], {
+      ipc: true,
+      serialization: 'json',
+      stdin: 'ignore',
+      stdout: 'inherit',
+      stderr: 'inherit',
+      reject: false,
+      cleanup: true,
+      // A component that ignores SIGTERM for this long is killed.
+      forceKillAfterDelay: 15_000,
+    });
+    this.child = child;
+    this.pid = child.pid ?? 0;
+    child.on('message', (msg: unknown) => {
+      if ((msg as { type?: string })?.type !== 'ready' || this.child !== child) return;
+      this.state = 'ready';
+      this.log.info({ child: this.name, childPid: this.pid }, `${this.name} ready`);
+      for (const w of this.readyWaiters.splice(0)) w.resolve();
+      this.onReady(this);
+    });
+    void child.then((result) => this.exited(child, result.exitCode, result.signal));
+  }
+
+  private exited(child: ResultPromise, code: number | undefined, signal: string | undefined): void {
+    if (this.child !== child) return;
+    this.child = undefined;
+    this.pid = 0;
+    this.lastExit = signal ? `signal ${signal}` : `code ${code ?? '?'}`;
+    const wasReady = this.state === 'ready';
+    if (!this.wanted || this.state === 'stopping') {
+      this.state = 'stopped';
+      return;
+    }
+    if (!wasReady && this.readyWaiters.length) {
+      // Failed before ever becoming ready: that is a startup error, not a crash to retry.
+      this.state = 'stopped';
+      this.wanted = false;
+      const err = new Error(`${this.name} exited during startup (${this.lastExit}); see its log above`);
+      for (const w of this.readyWaiters.splice(0)) w.reject(err);
+      return;
+    }
+    const now = Date.now();
+    if (now - this.startedAt > HEALTHY_AFTER_MS) this.backoffMs = BACKOFF_START_MS;
+    this.exits = this.exits.filter((t) => now - t < CRASH_LOOP_WINDOW_MS);
+    this.exits.push(now);
+    const looping = this.exits.length >= CRASH_LOOP_EXITS;
+    this.state = looping ? 'crash-loop' : 'backoff';
+    const delay = this.backoffMs;
+    this.backoffMs = Math.min(this.backoffMs * 2, BACKOFF_MAX_MS);
+    if (looping) {
+      this.log.error({ child: this.name, exits: this.exits.length, windowSec: CRASH_LOOP_WINDOW_MS / 1000, lastExit: this.lastExit, retryInMs: delay }, `${this.name} is crash-looping`);
+    } else {
+      this.log.warn({ child: this.name, lastExit: this.lastExit, retryInMs: delay }, `${this.name} exited unexpectedly; restarting`);
+    }
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = undefined;
+      if (!this.wanted) return;
+      this.restarts++;
+      this.spawn();
+    }, delay);
+  }
+
+  /** Stops the process (SIGTERM, then SIGKILL after the grace period) and waits for it. */
+  async stop(): Promise<void> {
+    this.wanted = false;
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
+    const child = this.child;
+    if (!child) {
+      this.state = 'stopped';
+      return;
+    }
+    this.state = 'stopping';
+    child.kill('SIGTERM');
+    await child;
+  }
+
+  /** Stop, then start again (kvs ctl restart). */
+  async restart(): Promise<void> {
+    await this.stop();
+    this.restarts++;
+    await this.start();
+  }
+}
