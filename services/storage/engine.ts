@@ -153,6 +153,28 @@ export class Engine {
     this.wal.rotateIfDue();
   }
 
+  private trimming = false;
+
+  /**
+   * Deletes sealed WAL segments that LMDB no longer needs: LMDB commits without fsync, so a
+   * segment may go only after an explicit LMDB sync that covers its last entry.
+   */
+  trimWal(): void {
+    const sealed = this.wal.sealedSegments();
+    if (this.trimming || this.closed || sealed.length === 0) return;
+    const through = BigInt(this.index);
+    if (sealed[0].lastIndex > through) return;
+    this.trimming = true;
+    // lmdb-js's env.sync (mdb_env_sync, forced) is missing from its type declarations.
+    (this.db.env as unknown as { sync(cb: (err?: Error) => void): void }).sync((err?: Error) => {
+      this.trimming = false;
+      if (err) return this.log.error({ err }, 'LMDB sync failed; keeping WAL segments');
+      if (this.closed) return;
+      const removed = this.wal.removeSealedThrough(through);
+      if (removed.length) this.log.debug({ removed }, 'removed WAL segments covered by the synced database');
+    });
+  }
+
   /** Stops taking writes, finishes the queued ones, and closes the WAL. */
   async close(): Promise<void> {
     this.closed = true;

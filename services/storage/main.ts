@@ -17,7 +17,11 @@ export async function runStorage(cfg: Config): Promise<void> {
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
   // An idle segment is sealed after SegmentMaxAge so it can be archived.
-  const rotation = setInterval(() => engine.rotateIfDue(), 1000);
+  // Sealed segments are trimmed once LMDB is synced past them (no object store yet).
+  const rotation = setInterval(() => {
+    engine.rotateIfDue();
+    engine.trimWal();
+  }, 1000);
   rotation.unref();
   installLifecycle(log, {
     async stop() {
