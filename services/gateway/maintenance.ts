@@ -55,9 +55,9 @@ export function clusterService(db: MvccDb, node: NodeInfo) {
     });
   const impl: Record<string, Handler> = {
     MemberList(_call, cb) {
-      db.env.resetReadTxn();
       cb(null, {
-        header: node.header(readMeta(db, META.revision)),
+        // As etcd's ClusterServer.header(): cluster id, member id and raft term, no revision.
+        header: { clusterId: node.clusterId, memberId: node.memberId, raftTerm: node.raftTerm },
         members: [{ ID: node.memberId, name: node.name, peerURLs: [], clientURLs: node.clientUrls, isLearner: false }],
       });
     },

@@ -134,15 +134,25 @@ export class Engine {
 
   private execute(op: number, body: Uint8Array): { response: Buffer; entry?: WalEntry } {
     if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
+    // The gateway forwards the client's bytes undecoded. A body that does not decode fails
+    // alone, with gRPC's unmarshalling error (INTERNAL, as etcd): nothing has been written for
+    // it yet, so it must not abort the batch it shares with other clients' writes.
+    const request = <T>(typeName: string): T => {
+      try {
+        return decode<T>(typeName, body);
+      } catch (err) {
+        throw new EtcdError(status.INTERNAL, `grpc: error unmarshalling request: ${(err as Error).message}`);
+      }
+    };
     switch (op) {
       case Op.PUT:
-        return this.executor.put(decode('etcdserverpb.PutRequest', body));
+        return this.executor.put(request('etcdserverpb.PutRequest'));
       case Op.DELETE_RANGE:
-        return this.executor.deleteRange(decode('etcdserverpb.DeleteRangeRequest', body));
+        return this.executor.deleteRange(request('etcdserverpb.DeleteRangeRequest'));
       case Op.TXN:
-        return this.executor.txn(decode('etcdserverpb.TxnRequest', body));
+        return this.executor.txn(request('etcdserverpb.TxnRequest'));
       case Op.COMPACT:
-        return this.executor.compact(decode('etcdserverpb.CompactionRequest', body));
+        return this.executor.compact(request('etcdserverpb.CompactionRequest'));
       default:
         throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown storage operation ${op}`);
     }

@@ -13,7 +13,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
   const db = openMvcc(cfg.dataDir, { readOnly: false });
   const engine = Engine.open(db, cfg.dataDir, log);
-  const server = storageServer(engine, cfg.dataDir, log);
+  const { server, endStreams } = storageServer(engine, cfg.dataDir, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
   // An idle segment is sealed after SegmentMaxAge so it can be archived.
@@ -26,8 +26,11 @@ export async function runStorage(cfg: Config): Promise<void> {
   installLifecycle(log, {
     async stop() {
       clearInterval(rotation);
-      await shutdown(server, 3000);
+      // Finish what is queued, answer it, then end the write streams so the shutdown does not
+      // wait for callers that would keep them open forever.
       await engine.close();
+      endStreams();
+      await shutdown(server, 3000);
     },
   });
   log.info({ socket, revision: engine.executor.revision }, 'storage ready');

@@ -11,12 +11,21 @@ import { dbPath } from '../../shared/mvcc/schema.js';
 interface WriteRequest { id: unknown; op: number; body: Uint8Array }
 interface WriteBatch { requests: WriteRequest[] }
 
-export function storageServer(engine: Engine, dataDir: string, log: Logger): grpc.Server {
+export interface StorageServer {
+  server: grpc.Server;
+  /** Ends every write stream (callers reconnect to the next storage process). */
+  endStreams(): void;
+}
+
+export function storageServer(engine: Engine, dataDir: string, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown>>();
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       // Tells the gateway at once that this stream reached a live storage process.
       call.sendMetadata(new grpc.Metadata());
+      streams.add(call);
+      call.on('close', () => streams.delete(call));
       let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
       let flushScheduled = false;
       const flush = () => {
@@ -56,5 +65,11 @@ export function storageServer(engine: Engine, dataDir: string, log: Logger): grp
       });
     },
   });
-  return server;
+  return {
+    server,
+    endStreams() {
+      for (const call of streams) call.end();
+      streams.clear();
+    },
+  };
 }

@@ -34,4 +34,8 @@ export function shutdown(server: grpc.Server, graceMs = 5000): Promise<void> {
 export const INTERNAL_CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.max_receive_message_length': -1,
   'grpc.max_send_message_length': -1,
+  // A restarted component is back within a second or two; grpc's default backoff (1 s
+  // growing to 120 s) would leave callers waiting long after it is.
+  'grpc.initial_reconnect_backoff_ms': 50,
+  'grpc.max_reconnect_backoff_ms': 1000,
 };

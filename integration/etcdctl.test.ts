@@ -1,0 +1,297 @@
+// etcdctl 3.4 against kvs and against a real etcd, side by side: the same commands in the
+// same order on two fresh stores must print the same stdout and stderr and exit with the
+// same code. Only what legitimately differs between two servers is normalised: cluster and
+// member ids, raft term and index, db size, server version, member name and peer URLs,
+// the endpoint address, timings, and the timestamp and client id in etcdctl's log lines.
+//
+// etcdctl 3.4 has no `get --count-only` (it came in 3.5): counts are checked through
+// `-w json` here and through the etcd3 client's count() in client.test.ts.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { etcdctl, startEtcd, startKvs, type CmdOptions, type CmdResult } from './harness.js';
+
+/** JSON.parse that keeps 64-bit ids exact (as strings). */
+function parseJson(text: string): unknown {
+  return JSON.parse(text.replace(/([:\[,]\s*)(\d{16,})(?=\s*[,}\]])/g, '$1"$2"'));
+}
+
+const ID_FIELDS = new Set(['cluster_id', 'member_id', 'ID', 'leader']);
+
+/** Replaces the fields that differ between any two servers with placeholders. */
+function normaliseJson(value: unknown, endpoint: string): unknown {
+  if (Array.isArray(value)) return value.map((v) => normaliseJson(v, endpoint));
+  if (value && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) {
+      if (ID_FIELDS.has(k)) out[k] = '<id>';
+      else if (k === 'raft_term' || k === 'raftTerm') out[k] = '<term>';
+      else if (k === 'raftIndex' || k === 'raftAppliedIndex') out[k] = '<index>';
+      else if (k === 'dbSize' || k === 'dbSizeInUse') out[k] = '<size>';
+      else if (k === 'version' && typeof v === 'string') out[k] = '<version>';
+      else if (k === 'name' && typeof v === 'string') out[k] = '<name>';
+      else if (k === 'peerURLs') out[k] = '<peers>';
+      else if (k === 'took') out[k] = '<took>';
+      else if (typeof v === 'string') out[k] = v.split(endpoint).join('<endpoint>');
+      else out[k] = normaliseJson(v, endpoint);
+    }
+    if ('clientURLs' in out && !('peerURLs' in out)) out.peerURLs = '<peers>'; // kvs has no peer port
+    return out;
+  }
+  return value;
+}
+
+/** Lines of output; a JSON line becomes its normalised value (compared without regard to key order). */
+function normaliseText(text: string, endpoint: string): unknown[] {
+  return text
+    .split(endpoint)
+    .join('<endpoint>')
+    .split('\n')
+    .map((line) => {
+      if (line.startsWith('{') || line.startsWith('[')) {
+        try {
+          const v = parseJson(line) as Record<string, unknown>;
+          // etcdctl's own log line: keep the level, message and error, not the time or client id.
+          if (v && typeof v === 'object' && 'level' in v && 'msg' in v) return `[${v.level}] ${v.msg}: ${v.error ?? ''}`;
+          return normaliseJson(v, endpoint);
+        } catch {
+          return line;
+        }
+      }
+      return line
+        .replace(/took = [\d.]+[µmn]?s/, 'took = <took>')
+        .replace(/^"(ClusterID|MemberID)" : \d+$/, '"$1" : <id>')
+        .replace(/^"RaftTerm" : \d+$/, '"RaftTerm" : <term>');
+    });
+}
+
+interface Normalised {
+  exitCode: number;
+  stdout: unknown[];
+  stderr: unknown[];
+}
+
+function normalise(r: CmdResult, endpoint: string): Normalised {
+  return { exitCode: r.exitCode, stdout: normaliseText(r.stdout, endpoint), stderr: normaliseText(r.stderr, endpoint) };
+}
+
+/** The last line of etcdctl's stderr: its "Error: ..." summary. */
+function lastError(r: CmdResult): string {
+  return r.stderr.trimEnd().split('\n').at(-1) ?? '';
+}
+
+test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
+  const [kvs, etcd] = await Promise.all([startKvs(t), startEtcd(t)]);
+
+  /** Runs one etcdctl command against both and asserts identical normalised output. */
+  const same = async (args: string[], opts: CmdOptions = {}): Promise<{ kvs: CmdResult; etcd: CmdResult }> => {
+    const [k, e] = await Promise.all([etcdctl(kvs.endpoint, args, opts), etcdctl(etcd.endpoint, args, opts)]);
+    assert.equal(k.timedOut, false, `etcdctl ${args.join(' ')} timed out against kvs`);
+    assert.deepEqual(
+      normalise(k, kvs.endpoint),
+      normalise(e, etcd.endpoint),
+      `etcdctl ${args.join(' ')}${opts.input ? ` <<< ${JSON.stringify(opts.input)}` : ''}\n--- kvs:\n${k.stdout}${k.stderr}\n--- etcd:\n${e.stdout}${e.stderr}`,
+    );
+    return { kvs: k, etcd: e };
+  };
+  const ok = async (args: string[], opts: CmdOptions = {}) => {
+    const r = await same(args, opts);
+    assert.equal(r.kvs.exitCode, 0, r.kvs.stderr);
+    return r.kvs;
+  };
+
+  await t.test('put and get', async () => {
+    assert.equal((await ok(['put', 'a', '1'])).stdout, 'OK\n');
+    await ok(['put', 'b', '2']);
+    await ok(['put', 'c', 'three']);
+    await ok(['put', 'dir/x', 'X']);
+    await ok(['put', 'dir/y', 'Y']);
+    await ok(['put', 'dir/z', 'Z']);
+    await ok(['put', 'a', 'one']);
+    await ok(['put', 'spaced', 'hello world']);
+    await ok(['put', 'piped'], { input: 'from stdin\nwith a newline' });
+    assert.equal((await ok(['put', 'b', 'two', '--prev-kv'])).stdout, 'OK\nb\n2\n');
+
+    assert.equal((await ok(['get', 'a'])).stdout, 'a\none\n');
+    assert.equal((await ok(['get', 'missing'])).stdout, '');
+    await ok(['get', 'piped']);
+    await ok(['get', 'a', '--print-value-only']);
+    await ok(['get', 'a', 'c']); // [a, c)
+    assert.equal((await ok(['get', 'dir/', '--prefix', '--keys-only'])).stdout, 'dir/x\n\ndir/y\n\ndir/z\n\n');
+    await ok(['get', 'b', '--from-key']);
+    await ok(['get', '', '--from-key', '--keys-only']);
+    await ok(['get', '', '--from-key', '--limit', '3']);
+    await ok(['get', 'dir/', '--prefix', '--limit', '2', '-w', 'json']);
+    await ok(['get', 'a', '-w', 'json']);
+    await ok(['get', 'missing', '-w', 'json']);
+    await ok(['get', 'a', '-w', 'fields']);
+    await ok(['get', 'a', '--consistency=s']);
+  });
+
+  await t.test('get --sort-by and --order', async () => {
+    for (const target of ['KEY', 'VERSION', 'CREATE', 'MODIFY', 'VALUE']) {
+      for (const order of ['ASCEND', 'DESCEND']) {
+        await ok(['get', '', '--from-key', `--sort-by=${target}`, `--order=${order}`, '--keys-only']);
+        await ok(['get', '', '--from-key', `--sort-by=${target}`, `--order=${order}`, '--limit', '2', '-w', 'json']);
+      }
+      await ok(['get', 'dir/', '--prefix', `--sort-by=${target}`]);
+    }
+    await ok(['get', '', '--from-key', '--order=DESCEND']);
+    // The count of a range, whatever the limit.
+    const r = await ok(['get', '', '--from-key', '--limit', '1', '-w', 'json']);
+    const json = parseJson(r.stdout) as { count: number; more: boolean; kvs: unknown[] };
+    assert.equal(json.count, 8); // a b c dir/x dir/y dir/z spaced piped
+    assert.equal(json.more, true);
+    assert.equal(json.kvs.length, 1);
+  });
+
+  await t.test('get --rev', async () => {
+    // Revisions: a=2 b=3 c=4 dir/x=5 dir/y=6 dir/z=7 a=8 spaced=9 piped=10 b=11.
+    assert.equal((await ok(['get', 'a', '--rev', '2'])).stdout, 'a\n1\n');
+    assert.equal((await ok(['get', 'a', '--rev', '8'])).stdout, 'a\none\n');
+    assert.equal((await ok(['get', 'piped', '--rev', '9'])).stdout, '');
+    await ok(['get', '', '--from-key', '--rev', '5', '-w', 'json']);
+    await ok(['get', '', '--from-key', '--rev', '7', '--sort-by=MODIFY', '--order=DESCEND', '--keys-only']);
+    await ok(['get', 'dir/', '--prefix', '--rev', '6', '--limit', '1', '-w', 'json']);
+    await ok(['get', 'b', '--rev', '1']); // revision 1: the empty store
+  });
+
+  await t.test('del', async () => {
+    assert.equal((await ok(['del', 'c'])).stdout, '1\n');
+    assert.equal((await ok(['del', 'c'])).stdout, '0\n');
+    assert.equal((await ok(['del', 'dir/', '--prefix', '--prev-kv'])).stdout, '3\ndir/x\nX\ndir/y\nY\ndir/z\nZ\n');
+    await ok(['get', 'dir/', '--prefix']);
+    await ok(['put', 'r1', '1']);
+    await ok(['put', 'r2', '2']);
+    await ok(['put', 'r3', '3']);
+    await ok(['del', 'r1', 'r3', '--prev-kv', '-w', 'json']);
+    await ok(['del', 'r', '--from-key', '-w', 'json']);
+    await ok(['get', '', '--from-key']);
+    // The deleted keys are still there in the past.
+    await ok(['get', 'dir/', '--prefix', '--rev', '12']);
+  });
+
+  await t.test('txn from stdin', async () => {
+    await ok(['put', 'balance', '100']);
+    await ok(['put', 'owner', 'alice']);
+    // Interactive mode: compares, blank line, success ops, blank line, failure ops, blank line.
+    const transfer = [
+      'value("balance") = "100"',
+      'version("owner") > "0"',
+      '',
+      'put balance "40"',
+      'put ledger "paid 60 to bob"',
+      'get balance',
+      'del owner --prev-kv',
+      '',
+      'put audit "refused"',
+      '',
+      '',
+    ].join('\n');
+    const r = await ok(['txn', '-i'], { input: transfer });
+    assert.match(r.stdout, /^compares:\nsuccess requests \(get, put, del\):\nfailure requests \(get, put, del\):\nSUCCESS\n/);
+    await ok(['get', '', '--from-key']);
+    // The same txn again: the compares fail, the failure branch runs.
+    assert.match((await ok(['txn', '-i'], { input: transfer })).stdout, /FAILURE\n\nOK\n$/);
+    // Non-interactive mode reads the same sections without prompts; with json output.
+    await ok(['txn', '-w', 'json'], { input: 'mod("ledger") > "0"\ncreate("audit") != "0"\n\nget ledger\nput n "1"\n\nget audit --rev 2\n\n' });
+    // (No lease("k") compare: etcdctl 3.4 itself panics parsing one.)
+    await ok(['txn'], { input: 'mod("nope") = "0"\nvalue("balance") < "5"\n\nget "" --from-key --keys-only\n\ndel balance\n\n' });
+    // No compares: the success branch.
+    await ok(['txn'], { input: '\nput t1 "a"\nput t2 "b"\n\n\n' });
+    // A txn that writes nothing keeps the revision.
+    await ok(['txn', '-w', 'json'], { input: 'value("t1") = "a"\n\nget t --prefix\n\n\n' });
+    // A range at a future revision inside a txn fails the whole txn (and writes nothing).
+    const future = await same(['txn'], { input: '\nput t3 "c"\nget t1 --rev 1000\n\n\n' });
+    assert.notEqual(future.kvs.exitCode, 0);
+    assert.equal(lastError(future.kvs), 'Error: etcdserver: mvcc: required revision is a future revision');
+    // Putting a key twice in one branch.
+    const dup = await same(['txn'], { input: '\nput t4 "1"\nput t4 "2"\n\n\n' });
+    assert.notEqual(dup.kvs.exitCode, 0);
+    assert.equal(lastError(dup.kvs), 'Error: etcdserver: duplicate key given in txn request');
+    await ok(['get', 't', '--prefix', '-w', 'json']);
+  });
+
+  await t.test('compact and reads around the compacted revision', async () => {
+    const status = parseJson((await ok(['get', 'a', '-w', 'json'])).stdout) as { header: { revision: number } };
+    const head = status.header.revision;
+    assert.equal((await ok(['compact', String(head - 2)])).stdout, `compacted revision ${head - 2}\n`);
+    await ok(['get', '', '--from-key', '--rev', String(head - 2)]); // the compacted revision itself
+    await ok(['get', '', '--from-key', '--rev', String(head - 1), '-w', 'json']);
+    const compacted = await same(['get', 'a', '--rev', String(head - 3)]);
+    assert.equal(compacted.kvs.exitCode, 1);
+    assert.equal(lastError(compacted.kvs), 'Error: etcdserver: mvcc: required revision has been compacted');
+    assert.match(compacted.kvs.stderr, /code = OutOfRange desc = etcdserver: mvcc: required revision has been compacted/);
+
+    const again = await same(['compact', String(head - 2)]);
+    assert.equal(again.kvs.exitCode, 1);
+    assert.equal(lastError(again.kvs), 'Error: etcdserver: mvcc: required revision has been compacted');
+    const ahead = await same(['compact', String(head + 100)]);
+    assert.equal(ahead.kvs.exitCode, 1);
+    assert.equal(lastError(ahead.kvs), 'Error: etcdserver: mvcc: required revision is a future revision');
+    assert.equal((await ok(['compact', String(head), '--physical'])).stdout, `compacted revision ${head}\n`);
+    await ok(['get', '', '--from-key', '-w', 'json']);
+  });
+
+  await t.test('errors: future revision, empty key', async () => {
+    const future = await same(['get', 'a', '--rev', '100000']);
+    assert.equal(future.kvs.exitCode, 1);
+    assert.equal(lastError(future.kvs), 'Error: etcdserver: mvcc: required revision is a future revision');
+    assert.match(future.kvs.stderr, /code = OutOfRange/);
+
+    for (const args of [['get', ''], ['put', '', 'v'], ['del', ''], ['get', '', '-w', 'json']]) {
+      const r = await same(args);
+      assert.equal(r.kvs.exitCode, 1, args.join(' '));
+      assert.equal(lastError(r.kvs), 'Error: etcdserver: key is not provided');
+      assert.match(r.kvs.stderr, /code = InvalidArgument/);
+    }
+    const emptyInTxn = await same(['txn'], { input: 'value("") = "x"\n\nput k v\n\n\n' });
+    assert.equal(emptyInTxn.kvs.exitCode, 1);
+    assert.equal(lastError(emptyInTxn.kvs), 'Error: etcdserver: key is not provided');
+    // Nothing above changed the store.
+    await ok(['get', '', '--from-key', '-w', 'json']);
+  });
+
+  await t.test('endpoint status, endpoint health, member list, alarm list', async () => {
+    await ok(['endpoint', 'status', '-w', 'json']);
+    await ok(['endpoint', 'health']);
+    await ok(['endpoint', 'health', '-w', 'json']);
+    await ok(['member', 'list', '-w', 'json']);
+    await ok(['alarm', 'list']);
+
+    // The simple and table formats: same shape, only the per-server fields differ.
+    const fields = (line: string) => line.split(', ');
+    const [ks, es] = await Promise.all([etcdctl(kvs.endpoint, ['endpoint', 'status']), etcdctl(etcd.endpoint, ['endpoint', 'status'])]);
+    assert.equal(ks.exitCode, 0, ks.stderr);
+    const k = fields(ks.stdout.replace(/\n$/, ''));
+    const e = fields(es.stdout.replace(/\n$/, ''));
+    assert.equal(k.length, e.length);
+    // endpoint, id, version, db size, is leader, is learner, raft term, raft index, applied index, errors
+    assert.equal(k[0], kvs.endpoint);
+    assert.match(k[1]!, /^[0-9a-f]{1,16}$/);
+    assert.match(k[2]!, /^3\.4\.\d+/);
+    assert.match(k[3]!, /^\d+ [kMG]?B$/);
+    assert.deepEqual([k[4], k[5], k[9]], [e[4], e[5], e[9]]);
+    assert.equal(k[7], k[8], 'raft index = raft applied index on an idle single node');
+
+    const [km, em] = await Promise.all([etcdctl(kvs.endpoint, ['member', 'list']), etcdctl(etcd.endpoint, ['member', 'list'])]);
+    assert.equal(km.exitCode, 0, km.stderr);
+    const m = fields(km.stdout.replace(/\n$/, ''));
+    const n = fields(em.stdout.replace(/\n$/, ''));
+    // id, status, name, peer addrs, client addrs, is learner
+    assert.equal(m[0], k[1], 'member list and endpoint status name the same member');
+    assert.deepEqual([m[1], m[4], m[5]], [n[1], `http://${kvs.endpoint}`, n[5]]);
+    assert.deepEqual([m[1], n[4]], ['started', `http://${etcd.endpoint}`]);
+
+    const json = parseJson((await etcdctl(kvs.endpoint, ['endpoint', 'status', '-w', 'json'])).stdout) as {
+      Status: { header: { member_id: string; revision: number }; leader: string; raftIndex: number; raftAppliedIndex: number };
+    }[];
+    assert.equal(json[0]!.Status.leader, json[0]!.Status.header.member_id, 'a single node leads itself');
+    assert.equal(BigInt(json[0]!.Status.leader).toString(16), k[1]);
+
+    const table = await etcdctl(kvs.endpoint, ['endpoint', 'status', '-w', 'table']);
+    assert.equal(table.exitCode, 0, table.stderr);
+    assert.match(table.stdout, /\| +ENDPOINT +\| +ID +\| +VERSION +\|/);
+    assert.ok(table.stdout.includes(`| ${kvs.endpoint} | ${k[1]} |`), table.stdout);
+  });
+});
