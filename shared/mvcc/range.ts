@@ -2,7 +2,7 @@
 // whichever LMDB transaction is current: the gateway's read snapshot or the storage
 // process's write transaction (so a Range inside a Txn sees the Txn's earlier writes).
 import type { MvccDb } from './schema.js';
-import { META, readMeta } from './schema.js';
+import { META, MAX_KEY_BYTES, readMeta } from './schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from './keyvalue.js';
 import { mainOf, EVENT_PUT, REVKEY_BYTES } from './revision.js';
 import { Errors } from '../errors.js';
@@ -79,25 +79,35 @@ export function rangeKeys(
   limit: number,
   countOnly: boolean,
 ): { kvs: Buffer[]; count: number } {
-  const start = asBuffer(key);
+  let start = asBuffer(key);
   if (rangeEnd.length === 0) {
+    // No stored key is longer than LMDB's limit (and LMDB cannot even look one up).
+    if (start.length > MAX_KEY_BYTES) return { kvs: [], count: 0 };
     const v = rev >= current ? db.kv.get(start) : versionAt(db, start, rev);
     if (!v) return { kvs: [], count: 0 };
     return { kvs: countOnly ? [] : [v], count: 1 };
   }
-  const end = upperBound(rangeEnd);
+  let end = upperBound(rangeEnd);
   if (end && Buffer.compare(start, end) >= 0) return { kvs: [], count: 0 };
+  // Bounds longer than LMDB's key limit L, as equivalent bounds LMDB accepts: for a stored key
+  // k (at most L bytes), k >= start <=> k > start[0, L), and k < end <=> k <= end[0, L).
+  const exclusiveStart = start.length > MAX_KEY_BYTES;
+  if (exclusiveStart) start = start.subarray(0, MAX_KEY_BYTES);
+  const inclusiveEnd = !!end && end.length > MAX_KEY_BYTES;
+  if (end && inclusiveEnd) end = end.subarray(0, MAX_KEY_BYTES);
+  // A fresh options object per call: lmdb-js's getCount() marks the object it is given as count-only.
+  const bounds = () => ({ start, end, exclusiveStart, inclusiveEnd });
   if (rev >= current) {
-    const count = db.kv.getCount({ start, end });
+    const count = db.kv.getCount(bounds());
     if (countOnly || count === 0) return { kvs: [], count };
     const kvs: Buffer[] = [];
-    for (const { value } of db.kv.getRange({ start, end, limit: limit > 0 ? limit : undefined })) kvs.push(value);
+    for (const { value } of db.kv.getRange({ ...bounds(), limit: limit > 0 ? limit : undefined })) kvs.push(value);
     return { kvs, count };
   }
   // In the past: walk every key that ever had a version in range.
   const kvs: Buffer[] = [];
   let count = 0;
-  for (const k of db.keyrevs.getKeys({ start, end })) {
+  for (const k of db.keyrevs.getKeys(bounds())) {
     const v = versionAt(db, k, rev, countOnly || (limit > 0 && kvs.length >= limit));
     if (!v) continue;
     count++;
@@ -131,10 +141,12 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
   if (p.key.length === 0) throw Errors.emptyKey;
   const rev = resolveRevision(p.revision, revs);
   const filtered = p.minModRevision || p.maxModRevision || p.minCreateRevision || p.maxCreateRevision;
+  // Sorting by key ascending is the natural order; any other requested order needs every key
+  // in range. etcd decides this on the order as requested: a sort target without an order
+  // sorts (ascending) only the first limit+1 keys, and so does this.
+  const fetchAll = filtered || (p.sortOrder !== SortOrder.NONE && !(p.sortOrder === SortOrder.ASCEND && p.sortTarget === SortTarget.KEY));
   let sortOrder = p.sortOrder;
   if (p.sortTarget !== SortTarget.KEY && sortOrder === SortOrder.NONE) sortOrder = SortOrder.ASCEND;
-  // Sorting by key ascending is the natural order; anything else needs every key in range.
-  const fetchAll = filtered || (sortOrder !== SortOrder.NONE && !(sortOrder === SortOrder.ASCEND && p.sortTarget === SortTarget.KEY));
   const fetchLimit = fetchAll || p.limit <= 0 ? 0 : p.limit + 1;
   const rr = rangeKeys(db, p.key, p.rangeEnd, rev, revs.current, fetchLimit, p.countOnly);
   let kvs = rr.kvs;

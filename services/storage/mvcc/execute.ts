@@ -193,7 +193,8 @@ export class Executor {
   }
 
   deleteRange(r: DeleteRangeRequest): { response: Buffer; entry?: WalEntry } {
-    checkKey(r.key);
+    // Only emptiness: a key longer than LMDB allows cannot exist, so it deletes nothing (as etcd).
+    if (r.key.length === 0) throw Errors.emptyKey;
     this.begin();
     const { deleted, prevKvs } = this.doDelete(r);
     const rev = this.mutations.length ? this.beginRev + 1 : this.beginRev;
@@ -219,7 +220,9 @@ export class Executor {
     this.begin();
     const path: boolean[] = [];
     this.compareToPath(r, path);
-    if (hasWrites(r)) this.checkRequests(r, path.slice());
+    // As etcd: every put on the path is checked before any range, and ranges also in read-only txns.
+    if (hasWrites(r)) this.checkRequests(r, path.slice(), (op) => this.checkPut(op));
+    this.checkRequests(r, path.slice(), (op) => this.checkRange(op));
     const responses = R.build((w) => this.applyTxn(w, r, path.slice()));
     const rev = this.mutations.length ? this.beginRev + 1 : this.beginRev;
     const head = R.build((w) => {
@@ -245,24 +248,35 @@ export class Executor {
     return rr.kvs.every((kv) => compareKV(c, decodeKeyValue(kv)));
   }
 
-  /** etcd's checkRequests: fails the whole txn before any change. */
-  private checkRequests(r: TxnRequest, path: boolean[]): void {
+  /** etcd's checkRequests: runs `check` on every op on the path, before any change. */
+  private checkRequests(r: TxnRequest, path: boolean[], check: (op: RequestOp) => void): void {
     const ok = path.shift()!;
     for (const op of ok ? r.success : r.failure) {
-      if (op.requestTxn) { this.checkRequests(op.requestTxn, path); continue; }
-      const p = op.requestPut;
-      if (p) {
-        if ((p.ignoreValue || p.ignoreLease) && !this.db.kv.get(buf(p.key))) throw Errors.keyNotFound;
-        if (bigint(p.lease) !== 0n) throw Errors.leaseNotFound;
-      }
-      const g = op.requestRange;
-      if (g) {
-        const rev = num(g.revision);
-        if (rev === 0) continue;
-        if (rev > this.beginRev) throw Errors.futureRev;
-        if (rev < this.compactRevision) throw Errors.compacted;
-      }
+      if (op.requestTxn) this.checkRequests(op.requestTxn, path, check);
+      else check(op);
     }
+  }
+
+  private checkPut(op: RequestOp): void {
+    const p = op.requestPut;
+    if (!p) return;
+    if ((p.ignoreValue || p.ignoreLease) && !this.db.kv.get(buf(p.key))) throw Errors.keyNotFound;
+    if (bigint(p.lease) !== 0n) throw Errors.leaseNotFound;
+  }
+
+  private checkRange(op: RequestOp): void {
+    const g = op.requestRange;
+    if (!g) return;
+    const rev = num(g.revision);
+    if (rev === 0) return;
+    if (rev > this.beginRev) throw Errors.futureRev;
+    // Not resolveRevision: etcd compares even a negative revision with the compact revision.
+    if (rev < this.compactMainRev()) throw Errors.compacted;
+  }
+
+  /** etcd's compactMainRev: -1 until the first compaction (so a compaction to 0 is taken once). */
+  private compactMainRev(): number {
+    return this.db.meta.get(META.compactRevision) === undefined ? -1 : this.compactRevision;
   }
 
   /** Applies the chosen branch, writing ResponseOps (field 3) of a TxnResponse into `w`. */
@@ -296,7 +310,7 @@ export class Executor {
 
   compact(r: CompactionRequest): { response: Buffer; entry?: WalEntry } {
     const rev = num(r.revision);
-    if (rev <= this.compactRevision) throw Errors.compacted;
+    if (rev <= this.compactMainRev()) throw Errors.compacted;
     if (rev > this.revision) throw Errors.futureRev;
     applyCompaction(this.db, rev);
     this.compactRevision = rev;

@@ -1,0 +1,201 @@
+// Differential testing against real etcd: the same KV request goes to an etcd 3.4 and a kvs
+// node over raw gRPC (our own protos), and the decoded responses — or the errors — must be
+// the same, field by field. Only the header's cluster_id, member_id and raft_term may differ.
+//
+// Requests are written as plain objects in protobufjs's camelCase, with strings for bytes
+// fields (taken byte for byte, latin1), numbers for int64s and names or numbers for enums.
+// Responses come back as plain objects: bytes as latin1 strings, int64s as decimal strings.
+import assert from 'node:assert/strict';
+import * as grpc from '@grpc/grpc-js';
+import protobuf from 'protobufjs';
+import { root, service } from '../shared/proto/index.js';
+import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
+
+export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact';
+
+/** A call's result: the decoded response, or the gRPC error (code and message text). */
+export type Outcome = { ok: Plain } | { error: { code: number; details: string } };
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Plain = any;
+
+const HEADER = 'etcdserverpb.ResponseHeader';
+/** Header fields that legitimately differ between the two servers. */
+const IDENTITY_FIELDS = new Set(['clusterId', 'memberId', 'raftTerm']);
+
+const kvService = root.lookupService('etcdserverpb.KV');
+
+function methodTypes(method: Method): { req: protobuf.Type; res: protobuf.Type } {
+  const m = kvService.methods[method]!;
+  m.resolve();
+  return { req: m.resolvedRequestType!, res: m.resolvedResponseType! };
+}
+
+/** Strings in bytes fields become Buffers (latin1), recursively; the rest is left to fromObject. */
+function toWire(t: protobuf.Type, obj: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [name, v] of Object.entries(obj)) {
+    const f = t.fields[name];
+    if (!f) throw new Error(`${t.fullName} has no field ${name}`);
+    f.resolve();
+    const one = (x: unknown): unknown => {
+      if (f.type === 'bytes' && typeof x === 'string') return Buffer.from(x, 'latin1');
+      if (f.resolvedType instanceof protobuf.Type && x && typeof x === 'object') return toWire(f.resolvedType, x as Record<string, unknown>);
+      return x;
+    };
+    out[name] = f.repeated && Array.isArray(v) ? v.map(one) : one(v);
+  }
+  return out;
+}
+
+export function encodeRequest(method: Method, req: object): protobuf.Message {
+  const { req: t } = methodTypes(method);
+  return t.fromObject(toWire(t, req as Record<string, unknown>));
+}
+
+function scalar(f: protobuf.Field, v: unknown): unknown {
+  if (f.type === 'bytes') return Buffer.from(v as Uint8Array).toString('latin1');
+  if (['int64', 'uint64', 'sint64', 'fixed64', 'sfixed64'].includes(f.type)) {
+    if (v == null) return '0';
+    return typeof v === 'number' ? String(v) : (v as protobuf.Long).toString();
+  }
+  return v;
+}
+
+/**
+ * A decoded message as a plain object with every field present (defaults included), set
+ * oneof members only, and without the identity fields of response headers.
+ */
+export function plain(t: protobuf.Type, msg: Record<string, unknown>): Plain {
+  const out: Record<string, unknown> = {};
+  for (const f of t.fieldsArray) {
+    if (t.fullName === `.${HEADER}` && IDENTITY_FIELDS.has(f.name)) continue;
+    f.resolve();
+    const v = msg[f.name];
+    if (f.partOf && (v == null || !Object.prototype.hasOwnProperty.call(msg, f.name))) continue;
+    const one = (x: unknown): unknown =>
+      f.resolvedType instanceof protobuf.Type ? (x == null ? null : plain(f.resolvedType, x as Record<string, unknown>)) : scalar(f, x);
+    out[f.name] = f.repeated ? ((v as unknown[] | undefined) ?? []).map(one) : one(v);
+  }
+  return out;
+}
+
+type GenericClient = grpc.Client & Record<string, (req: unknown, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: unknown) => void) => void>;
+
+const KVClient = grpc.makeGenericClientConstructor(service('etcdserverpb.KV'), 'KV');
+
+export class Endpoint {
+  private readonly client: GenericClient;
+
+  constructor(t: Ctx, readonly name: string, readonly address: string) {
+    this.client = new KVClient(address, grpc.credentials.createInsecure()) as unknown as GenericClient;
+    onCleanup(t, () => this.client.close());
+  }
+
+  call(method: Method, msg: protobuf.Message): Promise<Outcome> {
+    const { res } = methodTypes(method);
+    return new Promise((resolve) => {
+      this.client[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
+        if (err) resolve({ error: { code: err.code, details: err.details } });
+        else resolve({ ok: plain(res, out as Record<string, unknown>) });
+      });
+    });
+  }
+}
+
+function describe(req: object): string {
+  return JSON.stringify(req, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+}
+
+/** An etcd and a kvs node side by side; every request goes to both and must get the same answer. */
+export class Differ {
+  /** The current revision, as the last successful response reported it. */
+  revision = 1;
+  /** The revision of the last successful compaction (0: none yet). */
+  compacted = 0;
+
+  /** How many requests got different answers. */
+  differences = 0;
+
+  constructor(readonly etcd: Endpoint, readonly kvs: Endpoint, private readonly kvsLog: () => string = () => '') {}
+
+  /** The kvs node's log (its last 16 KiB), for a failure report. */
+  kvsOutput(): string {
+    return this.kvsLog().slice(-16 * 1024);
+  }
+
+  /** Sends `req` to both; asserts the outcomes are equal; returns etcd's. */
+  async same(method: Method, req: object, context = ''): Promise<Outcome> {
+    const msg = encodeRequest(method, req);
+    const [want, got] = await Promise.all([this.etcd.call(method, msg), this.kvs.call(method, msg)]);
+    try {
+      assert.deepStrictEqual(got, want);
+    } catch (err) {
+      this.differences++;
+      (err as Error).message = `kvs and etcd differ on ${method} ${describe(req)}${context ? ` (${context})` : ''}\n${(err as Error).message}`;
+      throw err;
+    }
+    if ('ok' in want && want.ok.header) {
+      const rev = Number(want.ok.header.revision);
+      if (rev > 0) this.revision = rev;
+    }
+    if (method === 'Compact' && 'ok' in want) this.compacted = Number((req as { revision?: number }).revision ?? 0);
+    return want;
+  }
+
+  /** Like `same`, and both must have succeeded: returns the (common) response. */
+  async ok(method: Method, req: object, context = ''): Promise<Plain> {
+    const out = await this.same(method, req, context);
+    if ('error' in out) assert.fail(`${method} ${describe(req)} failed on both: ${out.error.code} ${out.error.details}`);
+    return out.ok;
+  }
+
+  /** Like `same`, and both must have failed with gRPC status `code`: returns the message. */
+  async fails(method: Method, req: object, code: grpc.status, context = ''): Promise<string> {
+    const out = await this.same(method, req, context);
+    if ('ok' in out) assert.fail(`${method} ${describe(req)} succeeded on both, expected status ${code}`);
+    assert.equal(out.error.code, code, `${method} ${describe(req)}: ${out.error.details}`);
+    return out.error.details;
+  }
+
+  range(req: object, context?: string): Promise<Plain> { return this.ok('Range', req, context); }
+  put(req: object, context?: string): Promise<Plain> { return this.ok('Put', req, context); }
+  del(req: object, context?: string): Promise<Plain> { return this.ok('DeleteRange', req, context); }
+  txn(req: object, context?: string): Promise<Plain> { return this.ok('Txn', req, context); }
+  compact(req: object, context?: string): Promise<Plain> { return this.ok('Compact', req, context); }
+}
+
+/** Starts etcd and kvs (in parallel) for `t`; both are stopped when `t` ends. */
+export async function startPair(t: Ctx): Promise<Differ> {
+  const [etcd, kvs] = await Promise.all([startEtcd(t), startKvs(t)]);
+  const d = new Differ(new Endpoint(t, 'etcd', etcd.endpoint), new Endpoint(t, 'kvs', kvs.endpoint), () => kvs.output());
+  // Registered after the nodes, so it runs before they are stopped.
+  onCleanup(t, () => {
+    if (d.differences) process.stderr.write(`--- kvs output (${d.differences} differences) ---\n${d.kvsOutput()}\n`);
+  });
+  return d;
+}
+
+/** The range_end that covers every key starting with `prefix` (etcd's GetPrefixRangeEnd). */
+export function prefixEnd(prefix: string): string {
+  const b = Buffer.from(prefix, 'latin1');
+  for (let i = b.length - 1; i >= 0; i--) {
+    if (b[i]! < 0xff) {
+      b[i]!++;
+      return b.subarray(0, i + 1).toString('latin1');
+    }
+  }
+  return '\0';
+}
+
+/** mulberry32: a small seeded PRNG, so a failing random sequence can be replayed. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let x = a;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}
