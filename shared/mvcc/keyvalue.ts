@@ -149,8 +149,3 @@ export function decodeKeyValue(buf: Uint8Array): KeyValue {
   }
   return kv;
 }
-
-/** The mod_revision of a stored KeyValue, without decoding the rest (for sorts and filters). */
-export function keyValueSize(buf: Uint8Array): number {
-  return buf.length;
-}

@@ -5,20 +5,20 @@ export const REVKEY_BYTES = 12;
 export const EVENT_PUT = 0;
 export const EVENT_DELETE = 1;
 
-export function revKey(main: number, sub: number): Buffer {
-  const b = Buffer.allocUnsafe(REVKEY_BYTES);
+function writeRevKey(b: Buffer, main: number, sub: number): Buffer {
   b.writeUIntBE(0, 0, 2);
   b.writeUIntBE(main, 2, 6);
   b.writeUInt32BE(sub, 8);
   return b;
 }
 
+export function revKey(main: number, sub: number): Buffer {
+  return writeRevKey(Buffer.allocUnsafe(REVKEY_BYTES), main, sub);
+}
+
 export function keyRevValue(main: number, sub: number, event: number): Buffer {
-  const b = Buffer.allocUnsafe(REVKEY_BYTES + 1);
-  b.writeUIntBE(0, 0, 2);
-  b.writeUIntBE(main, 2, 6);
-  b.writeUInt32BE(sub, 8);
-  b[12] = event;
+  const b = writeRevKey(Buffer.allocUnsafe(REVKEY_BYTES + 1), main, sub);
+  b[REVKEY_BYTES] = event;
   return b;
 }
 
