@@ -7,6 +7,7 @@
 // closed before the server it talks to is stopped. As a last resort, live children
 // are SIGKILLed on process 'exit' and on SIGINT/SIGTERM/SIGHUP.
 
+import { etcdArgs } from './etcd-args.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -336,25 +337,11 @@ export async function startEtcd(t: Ctx): Promise<EtcdNode> {
   for (let attempt = 1; ; attempt++) {
     const [clientPort, peerPort] = (await freePorts(2)) as [number, number];
     const name = `etcd-${process.pid}-${++etcdSeq}`;
-    const clientUrl = `http://127.0.0.1:${clientPort}`;
-    const peerUrl = `http://127.0.0.1:${peerPort}`;
     const endpoint = `127.0.0.1:${clientPort}`;
     const out = new TailBuffer(64 * 1024);
     const proc = await launch(
       ETCD_BIN,
-      [
-        `--name=${name}`,
-        `--data-dir=${dataDir}`,
-        `--listen-client-urls=${clientUrl}`,
-        `--advertise-client-urls=${clientUrl}`,
-        `--listen-peer-urls=${peerUrl}`,
-        `--initial-advertise-peer-urls=${peerUrl}`,
-        `--initial-cluster=${name}=${peerUrl}`,
-        `--initial-cluster-token=${name}`,
-        '--initial-cluster-state=new',
-        '--logger=zap',
-        '--log-outputs=stderr',
-      ],
+      etcdArgs(name, dataDir, clientPort, peerPort),
       // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
       { env: cleanEnv(undefined, (k) => k.startsWith('ETCD')), detached: false, out },
     );

@@ -1,0 +1,236 @@
+// kvs benchmark suite: `npm run bench [-- flags]`. Starts a kvs node and a real etcd 3.4 (or
+// uses --endpoints), runs each workload against both in alternating rounds, prints one table and
+// writes the results as JSON. See docs/benchmarks.md.
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { CLIENT_KINDS, KvClient, type ClientKind } from './kv-client.js';
+import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
+import { LoadGenerator } from './load.js';
+import { describeMachine } from './machine.js';
+import { RATIO_NOTE, machineLine, ratios, table, writeDocs, type Report, type SystemResult, type WorkloadResult } from './report.js';
+import { REPO_ROOT, ensureEtcd, startServer, type Server, type System } from './servers.js';
+import { Tally, type Target } from './tally.js';
+import { PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
+import { WORKLOADS, workload } from './workloads/index.js';
+
+const HELP = `Usage: npm run bench -- [flags]     (or: node dist/bench/main.js [flags])
+
+Starts kvs and etcd 3.4 on loopback free ports with temp data dirs (fresh ones for each
+workload), runs each workload against both in alternating rounds, prints a table and writes
+.bench/results-<timestamp>.json.
+
+  --duration <s>        measured seconds per workload (default 10)
+  --warmup <s>          warm-up seconds before each round (default 2)
+  --rounds <n>          split the measured time into n rounds, alternating the systems
+                        (kvs, etcd, kvs, etcd, ...; default 2, --quick 1)
+  --workloads a,b       which workloads (default all: ${WORKLOADS.map((w) => w.name).join(',')})
+  --preload <n>         keys in the preloaded data set (default 100000)
+  --quick               smoke run: 1 s per workload, 0.25 s warm-up, 1 round, 5000 preloaded keys
+  --endpoints h:p,...   measure these etcd v3 endpoints instead (no servers started, no ratios;
+                        writes under ${ROOT_PREFIX} and deletes that prefix afterwards)
+  --systems kvs,etcd    which servers to start (default both)
+  --load-processes <n>  load-generator processes (default 2)
+  --client h2|grpc-js   the load generator's gRPC channel: raw node:http2 (default, cheapest)
+                        or @grpc/grpc-js (several times the client CPU per call)
+  --out <file>          JSON results file (default .bench/results-<timestamp>.json)
+  --write-docs          rewrite the results section of docs/benchmarks.md
+  -h, --help            this text
+`;
+
+interface Settings {
+  workloads: Workload[];
+  durationS: number;
+  warmupS: number;
+  rounds: number;
+  preloadKeys: number;
+  endpoints?: string[];
+  systems: System[];
+  loadProcesses: number;
+  client: ClientKind;
+  out: string;
+  writeDocs: boolean;
+  quick: boolean;
+}
+
+function positive(name: string, v: string | undefined, dflt: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number, got '${v}'`);
+  return n;
+}
+
+function settings(argv: string[]): Settings | undefined {
+  const { values: a } = parseArgs({
+    args: argv,
+    options: {
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      rounds: { type: 'string' },
+      workloads: { type: 'string' },
+      preload: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      endpoints: { type: 'string' },
+      systems: { type: 'string' },
+      'load-processes': { type: 'string' },
+      client: { type: 'string' },
+      out: { type: 'string' },
+      'write-docs': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+  });
+  if (a.help) {
+    process.stdout.write(HELP);
+    return undefined;
+  }
+  const list = (s: string | undefined) => (s ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+  const systems = a.systems ? list(a.systems) : ['kvs', 'etcd'];
+  for (const s of systems) if (s !== 'kvs' && s !== 'etcd') throw new Error(`--systems: unknown system '${s}'`);
+  const client = (a.client ?? 'h2') as ClientKind;
+  if (!CLIENT_KINDS.includes(client)) throw new Error(`--client must be one of ${CLIENT_KINDS.join(', ')}`);
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  return {
+    workloads: a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS],
+    durationS: positive('duration', a.duration, a.quick ? 1 : 10),
+    warmupS: a.warmup === '0' ? 0 : positive('warmup', a.warmup, a.quick ? 0.25 : 2),
+    rounds: Math.round(positive('rounds', a.rounds, a.quick ? 1 : 2)),
+    preloadKeys: Math.round(positive('preload', a.preload, a.quick ? 5000 : 100_000)),
+    ...(a.endpoints ? { endpoints: list(a.endpoints) } : {}),
+    systems: systems as System[],
+    loadProcesses: Math.round(positive('load-processes', a['load-processes'], 2)),
+    client,
+    out: path.resolve(a.out ?? path.join(REPO_ROOT, '.bench', `results-${stamp}.json`)),
+    writeDocs: a['write-docs'],
+    quick: a.quick,
+  };
+}
+
+const log = (s: string) => process.stderr.write(`bench: ${s}\n`);
+
+function describe(r: SystemResult): string {
+  const l = r.latencyMs;
+  if (!l) return JSON.stringify(r.metrics);
+  return (
+    `${Math.round(r.opsPerSec).toLocaleString('en-US')} ops/s, p50 ${l.p50.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms` +
+    (r.errors ? `, ${r.errors} errors (${r.firstError})` : '')
+  );
+}
+
+/** One workload against every target: preload, alternating rounds, measure. */
+async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, s: Settings, preloaded: Set<string>): Promise<SystemResult[]> {
+  const opts: WorkloadOptions = { preloadKeys: s.preloadKeys, valueBytes: VALUE_BYTES, quick: s.quick };
+  for (const t of targets) {
+    if (!w.preload || preloaded.has(t.name)) continue;
+    const t0 = Date.now();
+    await load.preload(t.endpoints[0]!, s.preloadKeys, PARALLEL, VALUE_BYTES);
+    log(`  ${t.name}: preloaded ${s.preloadKeys.toLocaleString('en-US')} keys in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    // Servers started here are fresh for each workload; with --endpoints the data set stays.
+    if (!t.server) preloaded.add(t.name);
+  }
+  const tallies = targets.map((t) => new Tally(t, w, opts));
+  if (w.clients > 0) {
+    for (let r = 1; r <= s.rounds; r++) {
+      for (const tally of tallies) {
+        const line = await tally.round(load, s.warmupS * 1000, (s.durationS * 1000) / s.rounds);
+        log(`  ${tally.target.name}${s.rounds > 1 ? ` (round ${r}/${s.rounds})` : ''}: ${line}`);
+      }
+    }
+  }
+  const results = await Promise.all(tallies.map((t) => t.finish()));
+  for (const r of results) log(`  ${r.system}: ${describe(r)}`);
+  return results;
+}
+
+async function main(): Promise<number> {
+  let s: Settings | undefined;
+  try {
+    s = settings(process.argv.slice(2));
+  } catch (err) {
+    log(`${(err as Error).message} (see --help)`);
+    return 2;
+  }
+  if (!s) return 0;
+  if (!s.endpoints && s.systems.includes('etcd')) ensureEtcd(log);
+  const machine = describeMachine({ etcd: !s.endpoints });
+  const report: Report = {
+    date: new Date().toISOString(),
+    mode: s.endpoints ? 'endpoints' : 'kvs-vs-etcd',
+    settings: {
+      durationS: s.durationS,
+      warmupS: s.warmupS,
+      rounds: s.rounds,
+      preloadKeys: s.preloadKeys,
+      keyBytes: KEY_BYTES,
+      valueBytes: VALUE_BYTES,
+      parallelClients: PARALLEL,
+      loadProcesses: s.loadProcesses,
+      client: s.client,
+      ...(s.endpoints ? { endpoints: s.endpoints } : {}),
+    },
+    machine,
+    workloads: [],
+  };
+  log(machineLine(report));
+
+  const load = await LoadGenerator.start(s.loadProcesses, s.client);
+  const preloaded = new Set<string>();
+  try {
+    for (const w of s.workloads) {
+      log(`${w.name}: ${w.summary}`);
+      const wr: WorkloadResult = { workload: w.name, summary: w.summary, results: [] };
+      const servers: Server[] = [];
+      try {
+        let targets: Target[];
+        if (s.endpoints) {
+          targets = [{ name: s.endpoints.join(','), endpoints: s.endpoints }];
+        } else {
+          // Fresh servers for each workload: no history or garbage from earlier workloads.
+          for (const system of s.systems) servers.push(await startServer(system));
+          targets = servers.map((server) => ({ name: server.system, endpoints: [server.endpoint], server }));
+        }
+        wr.results = await runWorkload(w, targets, load, s, preloaded);
+      } finally {
+        for (const server of servers) await server.stop();
+      }
+      const kvs = wr.results.find((r) => r.system === 'kvs');
+      const etcd = wr.results.find((r) => r.system === 'etcd');
+      if (kvs && etcd) wr.ratios = ratios(kvs, etcd, w.metrics ?? []);
+      report.workloads.push(wr);
+    }
+  } finally {
+    load.close();
+    if (s.endpoints) {
+      const kv = new KvClient(s.endpoints[0]!);
+      try {
+        await kv.deleteRange(Buffer.from(ROOT_PREFIX, 'latin1'), prefixEnd(ROOT_PREFIX));
+      } catch (err) {
+        log(`could not delete ${ROOT_PREFIX} on ${s.endpoints[0]}: ${(err as Error).message}`);
+      } finally {
+        kv.close();
+      }
+    }
+  }
+
+  const text = table(report, (name) => workload(name).metrics ?? []);
+  process.stdout.write(`\n${machineLine(report)}\n\n${report.mode === 'kvs-vs-etcd' ? `${RATIO_NOTE}\n\n` : ''}${text}\n\n`);
+  await mkdir(path.dirname(s.out), { recursive: true });
+  await writeFile(s.out, `${JSON.stringify(report, null, 2)}\n`);
+  log(`results written to ${path.relative(process.cwd(), s.out) || s.out}`);
+  if (s.writeDocs) {
+    const docs = path.join(REPO_ROOT, 'docs', 'benchmarks.md');
+    await writeDocs(docs, report, text);
+    log(`rewrote the results section of ${path.relative(process.cwd(), docs)}`);
+  }
+  const errors = report.workloads.flatMap((w) => w.results).reduce((n, r) => n + r.errors, 0);
+  if (errors) log(`${errors} requests failed (see the table)`);
+  return errors ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: Error) => {
+    log(err.stack ?? err.message);
+    process.exit(1);
+  },
+);

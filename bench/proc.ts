@@ -1,0 +1,96 @@
+// CPU time and resident memory of process trees, from /proc (Linux).
+import { execFileSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+
+let clockTicks: number | undefined;
+function ticksPerSecond(): number {
+  if (clockTicks === undefined) {
+    try {
+      clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  return clockTicks;
+}
+
+function read(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return undefined; // the process is gone
+  }
+}
+
+function children(pid: number): number[] {
+  const out: number[] = [];
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tasks) {
+    for (const c of (read(`/proc/${pid}/task/${tid}/children`) ?? '').split(' ')) if (c) out.push(Number(c));
+  }
+  return out;
+}
+
+/** `pid` and all its descendants that are alive now. */
+export function processTree(pid: number): number[] {
+  const all: number[] = [];
+  const todo = [pid];
+  while (todo.length) {
+    const p = todo.pop()!;
+    if (read(`/proc/${p}/stat`) === undefined) continue;
+    all.push(p);
+    todo.push(...children(p));
+  }
+  return all;
+}
+
+/** User + system CPU seconds used so far by one process (0 when it is gone). */
+export function cpuSecondsOf(pid: number): number {
+  const stat = read(`/proc/${pid}/stat`);
+  if (!stat) return 0;
+  // Fields after "(comm)": state is field 3, utime 14, stime 15.
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / ticksPerSecond();
+}
+
+/** User + system CPU seconds used so far by the given processes (gone ones count 0). */
+export function cpuSeconds(pids: readonly number[]): number {
+  return pids.reduce((sum, pid) => sum + cpuSecondsOf(pid), 0);
+}
+
+/** A short name for a process: a kvs component ('storage', 'gateway'), 'supervisor', or its comm. */
+export function processName(pid: number): string {
+  const argv = (read(`/proc/${pid}/cmdline`) ?? '').split('\0');
+  const i = argv.indexOf('component');
+  if (i >= 0 && argv[i + 1]) return argv[i + 1]!;
+  if (argv.some((a) => a.endsWith('kvs.js')) && argv.includes('run')) return 'supervisor';
+  return (read(`/proc/${pid}/comm`) ?? `pid ${pid}`).trim();
+}
+
+/**
+ * Sum of the proportional set sizes (Pss: each shared page divided among the processes that
+ * map it, so LMDB's file pages mapped by two kvs processes count once), in bytes.
+ */
+export function pssBytes(pids: readonly number[]): number {
+  let kb = 0;
+  for (const pid of pids) {
+    const m = /^Pss:\s+(\d+) kB/m.exec(read(`/proc/${pid}/smaps_rollup`) ?? '');
+    if (m) kb += Number(m[1]);
+  }
+  return kb * 1024;
+}
+
+/** Sum of VmRSS of the given processes, in bytes. */
+export function rssBytes(pids: readonly number[]): number {
+  let kb = 0;
+  for (const pid of pids) {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(read(`/proc/${pid}/status`) ?? '');
+    if (m) kb += Number(m[1]);
+  }
+  return kb * 1024;
+}

@@ -1,0 +1,51 @@
+// Messages between the main process and the load-generator processes (IPC, 'advanced'
+// serialization so latency arrays travel as typed arrays).
+import type { ClientKind } from './kv-client.js';
+import type { WorkloadOptions } from './workload.js';
+
+export interface PreloadRequest {
+  type: 'preload';
+  client: ClientKind;
+  endpoint: string;
+  /** Keys [from, to) of the data set. */
+  from: number;
+  to: number;
+  /** Concurrent clients in this process. */
+  clients: number;
+  /** Puts per Txn (etcd allows 128 ops per Txn by default). */
+  batch: number;
+  valueBytes: number;
+}
+
+export interface RunRequest {
+  type: 'run';
+  client: ClientKind;
+  workload: string;
+  /** Client i talks to endpoints[i % endpoints.length]. */
+  endpoints: string[];
+  /** The clients this process runs. */
+  clientIds: number[];
+  totalClients: number;
+  opts: WorkloadOptions;
+  /** Epoch ms: start issuing requests (warm-up), start recording, stop. */
+  startAt: number;
+  measureAt: number;
+  endAt: number;
+}
+
+export type ToWorker = PreloadRequest | RunRequest;
+
+export interface RunResult {
+  type: 'result';
+  /** Milliseconds per request started in the measured window. */
+  latencies: Float64Array;
+  bytes: number;
+  errors: number;
+  firstError?: string;
+}
+
+export type FromWorker =
+  | { type: 'ready' }
+  | { type: 'preloaded'; keys: number }
+  | RunResult
+  | { type: 'failed'; message: string };

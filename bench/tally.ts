@@ -1,0 +1,110 @@
+// One system's measurements of one workload, accumulated over alternating rounds (kvs, etcd,
+// kvs, etcd, ...) so that a change in the machine's background load hits both alike.
+import { KvClient } from './kv-client.js';
+import type { LoadGenerator } from './load.js';
+import { cpuSeconds, cpuSecondsOf, processName } from './proc.js';
+import type { SystemResult } from './report.js';
+import type { Server } from './servers.js';
+import { merge, summarize } from './stats.js';
+import type { MeasureTarget, Workload, WorkloadOptions } from './workload.js';
+
+/** What a workload runs against: a server started here, or remote endpoints. */
+export interface Target {
+  name: string;
+  endpoints: string[];
+  server?: Server;
+}
+
+interface CpuSample {
+  server: Map<number, number> | null;
+  client: number;
+}
+
+export class Tally {
+  private readonly latencies: Float64Array[] = [];
+  private bytes = 0;
+  private errors = 0;
+  private firstError: string | undefined;
+  private durationS = 0;
+  private clientCpu = 0;
+  private serverCpu: Record<string, number> | null = null;
+
+  constructor(
+    readonly target: Target,
+    readonly workload: Workload,
+    private readonly opts: WorkloadOptions,
+  ) {}
+
+  /** One timed round: warm-up, then `durationMs` measured. Returns a one-line summary. */
+  async round(load: LoadGenerator, warmupMs: number, durationMs: number): Promise<string> {
+    const { target: t, workload: w } = this;
+    const cpu: Partial<Record<'start' | 'end', CpuSample>> = {};
+    const out = await load.run(w.name, t.endpoints, w.clients, this.opts, { warmupMs, durationMs }, (which) => {
+      const server = t.server ? new Map(t.server.pids().map((pid) => [pid, cpuSecondsOf(pid)])) : null;
+      cpu[which] = { server, client: cpuSeconds(load.pids()) };
+    });
+    const lat = out.results.map((r) => r.latencies);
+    this.latencies.push(...lat);
+    const ops = lat.reduce((n, l) => n + l.length, 0);
+    const seconds = (out.endAt - out.measureAt) / 1000;
+    this.durationS += seconds;
+    this.bytes += out.results.reduce((n, r) => n + r.bytes, 0);
+    const errors = out.results.reduce((n, r) => n + r.errors, 0);
+    this.errors += errors;
+    this.firstError ??= out.results.find((r) => r.firstError)?.firstError;
+    const { start, end } = cpu;
+    if (start && end) {
+      this.clientCpu += end.client - start.client;
+      if (start.server && end.server) {
+        this.serverCpu ??= {};
+        // Per process name (a process that appeared during the window counts from 0).
+        for (const [pid, s1] of end.server) {
+          const name = processName(pid);
+          this.serverCpu[name] = (this.serverCpu[name] ?? 0) + s1 - (start.server.get(pid) ?? 0);
+        }
+      }
+    }
+    return `${Math.round(ops / seconds).toLocaleString('en-US')} ops/s${errors ? `, ${errors} errors (${this.firstError})` : ''}`;
+  }
+
+  /** The result over all rounds, with the workload's own numbers (`measure`). */
+  async finish(): Promise<SystemResult> {
+    const { target: t, workload: w } = this;
+    const timed = w.clients > 0;
+    const lat = merge(this.latencies);
+    const result: SystemResult = {
+      system: t.name,
+      clients: w.clients,
+      ops: lat.length,
+      durationS: this.durationS,
+      opsPerSec: this.durationS > 0 ? lat.length / this.durationS : 0,
+      latencyMs: timed ? summarize(lat) : null,
+      bytes: this.bytes,
+      errors: this.errors,
+      ...(this.firstError ? { firstError: this.firstError } : {}),
+      cpuSeconds: {
+        server: this.serverCpu ? Object.values(this.serverCpu).reduce((a, b) => a + b, 0) : null,
+        client: this.clientCpu,
+        ...(this.serverCpu ? { byServerProcess: this.serverCpu } : {}),
+      },
+      rssBytes: null,
+      metrics: {},
+    };
+    if (w.measure) {
+      const kv = new KvClient(t.endpoints[0]!);
+      try {
+        const server = t.server;
+        const target: MeasureTarget = {
+          system: t.name,
+          kv,
+          ...(server ? { disk: () => server.disk(), rss: () => server.rss(), pss: () => server.pss() } : {}),
+        };
+        result.metrics = await w.measure(target, { ops: result.ops, bytes: result.bytes, durationS: result.durationS }, this.opts);
+      } finally {
+        kv.close();
+      }
+    }
+    if (t.server) result.rssBytes = t.server.rss();
+    return result;
+  }
+}

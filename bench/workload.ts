@@ -1,0 +1,97 @@
+// What a workload is. A workload is one small module in bench/workloads/ (listed in
+// bench/workloads/index.ts): its `op` runs in the load-generator processes, once per client,
+// and its optional `measure` runs in the main process after the timed phase.
+import { decode } from '../shared/proto/index.js';
+import type { KvClient } from './kv-client.js';
+
+/** Clients of the parallel workloads: 16, each with its own gRPC connection. */
+export const PARALLEL = 16;
+
+export interface WorkloadOptions {
+  /** Keys of the preloaded data set (and the key space the put workloads write into). */
+  preloadKeys: number;
+  valueBytes: number;
+  /** A smoke run (--quick): shorter waits. */
+  quick: boolean;
+}
+
+export interface OpContext {
+  kv: KvClient;
+  /** This client's number, 0 ≤ client < clients. */
+  client: number;
+  clients: number;
+  opts: WorkloadOptions;
+  /** A random value of opts.valueBytes, this client's own. */
+  value: Buffer;
+}
+
+/** One request; resolves with the encoded response (its length counts as bytes received). */
+export type Op = () => Promise<Buffer>;
+
+/** What the timed phase measured, as a workload's `measure` sees it. */
+export interface RunSummary {
+  ops: number;
+  bytes: number;
+  durationS: number;
+}
+
+/** The server a workload ran against, for `measure` (main process). */
+export interface MeasureTarget {
+  system: string;
+  kv: KvClient;
+  /** On-disk bytes of the database and of the WAL, when the server runs here. */
+  disk?(): Promise<{ db: number; wal: number; dbApparent: number; walApparent: number }>;
+  /** Resident memory of all the server's processes, when the server runs here. */
+  rss?(): number;
+  /** The same as proportional set size (pages shared between its processes counted once). */
+  pss?(): number;
+}
+
+/** A workload-specific number shown in the table's last column and compared between systems. */
+export interface Metric {
+  key: string;
+  label: string;
+  /** Formats the value for the table. */
+  format(v: number): string;
+  /** For the ratio: higher is better (kvs/etcd) or lower is better (etcd/kvs). */
+  better: 'higher' | 'lower';
+}
+
+export interface Workload {
+  name: string;
+  summary: string;
+  /** Concurrent clients in the timed phase; 0 = no timed phase (only `measure`). */
+  clients: number;
+  /** Needs the data set (opts.preloadKeys keys under kvs-bench/data/) loaded first. */
+  preload: boolean;
+  /** Builds one client's operation (load-generator process). */
+  op?(ctx: OpContext): Op;
+  /** Extra numbers after the timed phase (main process). */
+  measure?(target: MeasureTarget, run: RunSummary, opts: WorkloadOptions): Promise<Record<string, number>>;
+  /** Which of `measure`'s numbers the table shows. */
+  metrics?: Metric[];
+}
+
+/** Throws unless an encoded RangeResponse holds exactly `n` key-values. */
+export function expectKvs(res: Buffer, n: number): void {
+  const got = (decode('etcdserverpb.RangeResponse', res).kvs ?? []).length;
+  if (got !== n) throw new Error(`expected ${n} key-values in the Range response, got ${got}`);
+}
+
+/** Wraps an op so that its first response is checked (cheap sanity, not on every call). */
+export function checkFirst(op: Op, check: (res: Buffer) => void): Op {
+  let checked = false;
+  return async () => {
+    const res = await op();
+    if (!checked) {
+      checked = true;
+      check(res);
+    }
+    return res;
+  };
+}
+
+export const fmt = {
+  int: (v: number) => Math.round(v).toLocaleString('en-US'),
+  mb: (v: number) => `${(v / 1e6).toFixed(1)} MB`,
+};

@@ -1,0 +1,22 @@
+// range: Range of 1,000 consecutive preloaded keys ([k_i, k_i+1000), so neither server has to
+// count past the end of the page), 16 clients. Reports MB/s of responses besides ops/s.
+import { DATA_AREA, key, randomIndex } from '../keys.js';
+import { PARALLEL, checkFirst, expectKvs, type Workload } from '../workload.js';
+
+export const RANGE_KEYS = 1000;
+
+export const range: Workload = {
+  name: 'range',
+  summary: `Range of ${RANGE_KEYS.toLocaleString('en-US')} consecutive preloaded keys, ${PARALLEL} clients`,
+  clients: PARALLEL,
+  preload: true,
+  op: ({ kv, opts }) => {
+    const n = Math.min(RANGE_KEYS, opts.preloadKeys);
+    return checkFirst(() => {
+      const i = randomIndex(opts.preloadKeys - n + 1);
+      return kv.range(key(DATA_AREA, i), { rangeEnd: key(DATA_AREA, i + n) });
+    }, (res) => expectKvs(res, n));
+  },
+  measure: async (_target, run) => ({ mbPerSec: run.durationS > 0 ? run.bytes / run.durationS / 1e6 : 0 }),
+  metrics: [{ key: 'mbPerSec', label: 'MB/s', format: (v) => `${v.toFixed(1)} MB/s`, better: 'higher' }],
+};
