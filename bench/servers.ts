@@ -4,12 +4,11 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KvClient } from './kv-client.js';
-import { etcdArgs } from '../integration/etcd-args.js';
+import { etcdArgs, freePorts } from '../integration/loopback.js';
 import { processTree, pssBytes, rssBytes } from './proc.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */
@@ -74,23 +73,6 @@ function hook(): void {
 }
 
 // ------------------------------------------------------------------ helpers
-
-async function freePorts(n: number): Promise<number[]> {
-  const servers: net.Server[] = [];
-  try {
-    for (let i = 0; i < n; i++) {
-      const s = net.createServer();
-      servers.push(s);
-      await new Promise<void>((resolve, reject) => {
-        s.once('error', reject);
-        s.listen(0, '127.0.0.1', resolve);
-      });
-    }
-    return servers.map((s) => (s.address() as net.AddressInfo).port);
-  } finally {
-    await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  }
-}
 
 function env(drop: (name: string) => boolean): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};

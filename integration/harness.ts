@@ -7,11 +7,11 @@
 // closed before the server it talks to is stopped. As a last resort, live children
 // are SIGKILLed on process 'exit' and on SIGINT/SIGTERM/SIGHUP.
 
-import { etcdArgs } from './etcd-args.js';
+import { etcdArgs, freePorts } from './loopback.js';
+export { freePorts };
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { TestContext } from 'node:test';
@@ -85,23 +85,6 @@ export async function freePort(): Promise<number> {
   return (await freePorts(1))[0]!;
 }
 
-/** `n` distinct free ports (all listeners are held open together, then closed). */
-export async function freePorts(n: number): Promise<number[]> {
-  const servers: net.Server[] = [];
-  try {
-    for (let i = 0; i < n; i++) {
-      const srv = net.createServer();
-      servers.push(srv);
-      await new Promise<void>((resolve, reject) => {
-        srv.once('error', reject);
-        srv.listen(0, '127.0.0.1', () => resolve());
-      });
-    }
-    return servers.map((s) => (s.address() as net.AddressInfo).port);
-  } finally {
-    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
-  }
-}
 
 /** A fresh directory under os.tmpdir(), removed (recursively) when `t` finishes. */
 export async function tempDir(t: Ctx, prefix: string): Promise<string> {
