@@ -13,7 +13,7 @@ test('a flag wins over its KVS_* variable, which wins over the default', () => {
 });
 
 test('every flag has a KVS_* variable and survives the round trip to a component', () => {
-  for (const f of RUN_FLAGS) assert.match(f.env, /^KVS_[A-Z_]+$/);
+  for (const f of RUN_FLAGS) assert.match(f.env, /^KVS_[A-Z0-9_]+$/);
   const cfg = resolveConfig({ 'data-dir': '/tmp/x', listen: '[::1]:3379', 'read-consistency': 'serializable' }, {});
   const back = resolveConfig(Object.fromEntries(configArgs(cfg).map((a) => a.slice(2).split(/=(.*)/s, 2))), {});
   assert.deepEqual(back, cfg);

@@ -24,6 +24,13 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('node-id', 'string', 'Node name (shown by member list)', 'default'),
   flag('log-level', 'string', 'Log verbosity: fatal, error, warn, info, debug, trace', 'info'),
   flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
+  flag('s3-bucket', 'string', 'Object-store bucket; with it, WAL segments and checkpoints go to the object store'),
+  flag('s3-prefix', 'string', 'Key prefix inside the bucket (ends with /)', ''),
+  flag('s3-endpoint', 'string', 'S3-compatible endpoint URL, or file:///dir for a local directory as the object store'),
+  flag('object-store-encryption-key-file', 'string', 'File holding the 32-byte AES-256 key (raw, 64 hex characters, or base64)'),
+  flag('object-store-encryption-key-env', 'string', 'Name of an environment variable holding the key (same encodings)'),
+  flag('wal-sync-upload', 'boolean', 'Upload each write batch to the object store before acknowledging it', 'true'),
+  flag('checkpoint-interval', 'string', 'Time between checkpoints uploaded to the object store (e.g. 15m, 30s)', '15m'),
 ];
 
 export interface Config {
@@ -32,6 +39,13 @@ export interface Config {
   nodeId: string;
   logLevel: string;
   readConsistency: 'linearizable' | 'serializable';
+  s3Bucket?: string;
+  s3Prefix: string;
+  s3Endpoint?: string;
+  objectStoreEncryptionKeyFile?: string;
+  objectStoreEncryptionKeyEnv?: string;
+  walSyncUpload: boolean;
+  checkpointInterval: string;
 }
 
 function camel(flag: string): string {
