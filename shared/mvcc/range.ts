@@ -98,10 +98,12 @@ export function rangeKeys(
   // A fresh options object per call: lmdb-js's getCount() marks the object it is given as count-only.
   const bounds = () => ({ start, end, exclusiveStart, inclusiveEnd });
   if (rev >= current) {
-    const count = db.kv.getCount(bounds());
-    if (countOnly || count === 0) return { kvs: [], count };
+    // Without a limit one walk gives both the records and the count; with one, the count
+    // needs its own (key-only, in-C) walk of the whole range.
+    if (countOnly) return { kvs: [], count: db.kv.getCount(bounds()) };
     const kvs: Buffer[] = [];
     for (const { value } of db.kv.getRange({ ...bounds(), limit: limit > 0 ? limit : undefined })) kvs.push(value);
+    const count = limit > 0 && kvs.length >= limit ? db.kv.getCount(bounds()) : kvs.length;
     return { kvs, count };
   }
   // In the past: walk every key that ever had a version in range.
