@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Wal, type SealedSegment, type WalOptions, type WalRecord } from './log.js';
 import { FRAME_HEADER_BYTES } from './frame.js';
+import { PREALLOCATE_BYTES } from './segment.js';
 
 function tmpDir(t: TestContext): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-wal-'));
@@ -96,8 +97,15 @@ test('empty WAL: lazy first segment, round trip of many batches, one write and o
   syncs.mock.restore();
   assert.equal(wal.firstIndex, 1n);
   assert.deepEqual(walFiles(dir), [name(1n)]);
-  assert.equal(fs.statSync(path.join(dir, name(1n))).size, all.reduce((s, r) => s + frameBytes(r), 0));
+  const dataBytes = all.reduce((s, r) => s + frameBytes(r), 0);
+  assert.equal(wal.activeSegment()?.bytes, dataBytes);
+  // The active segment is preallocated: its file is longer, by a zero-filled tail.
+  const fileBytes = fs.statSync(path.join(dir, name(1n))).size;
+  assert.equal(fileBytes, Math.ceil(dataBytes / PREALLOCATE_BYTES) * PREALLOCATE_BYTES);
+  assert.ok(fs.readFileSync(path.join(dir, name(1n))).subarray(dataBytes).every((b) => b === 0));
   assertRecords(readAll(wal, 1n), all);
+  wal.seal();
+  assert.equal(fs.statSync(path.join(dir, name(1n))).size, dataBytes, 'a sealed segment is cut to its records');
   wal.close();
   wal.close(); // idempotent
   assert.throws(() => wal.appendSync(recs(next, 1)), /closed/);
@@ -255,10 +263,11 @@ test('reopening after close returns everything and appending continues', (t) => 
   assert.equal(wal.activeSegment()?.name, filesBefore.at(-1));
   assert.throws(() => wal.appendSync(recs(122n, 1)), /out of sequence/);
   const lastFile = path.join(dir, filesBefore.at(-1)!);
-  const lastSize = fs.statSync(lastFile).size;
+  const lastSize = wal.activeSegment()!.bytes;
   wal.appendSync(recs(121n, 1));
   assert.deepEqual(walFiles(dir), filesBefore, 'the reopened last segment is appended to');
-  assert.equal(fs.statSync(lastFile).size, lastSize + frameBytes(recs(121n, 1)[0]!));
+  assert.equal(wal.activeSegment()?.bytes, lastSize + frameBytes(recs(121n, 1)[0]!));
+  assertRecords(readAll(wal).slice(-1), recs(121n, 1));
   wal.close();
 
   const again = Wal.open(dir);
@@ -501,7 +510,9 @@ test('a failed write (partial) or failed fdatasync rolls the file back and nothi
   const wal = Wal.open(dir);
   wal.appendSync(recs(1n, 10));
   const file = path.join(dir, name(1n));
-  const size = fs.statSync(file).size;
+  // The data's end, not the file's: the active segment has a preallocated zero tail, which a
+  // rollback cuts away with the failed bytes.
+  const size = wal.activeSegment()!.bytes;
 
   const realWrite = fs.writeSync;
   const w = t.mock.method(fs, 'writeSync', ((fd: number, buffer: Uint8Array, offset: number, length: number, position: number) => {
@@ -577,4 +588,19 @@ test('if the rollback itself fails the WAL refuses further use; reopening repair
   assertRecords(readAll(again), recs(1n, 4));
   again.appendSync(recs(5n, 1));
   again.close();
+});
+
+test('after a crash the preallocated zero tail is cut and appending continues at the data end', (t) => {
+  const dir = tmpDir(t);
+  const crashed = Wal.open(dir);
+  crashed.appendSync(recs(1n, 3));
+  // No close: the process "dies" with the active segment's zero-filled tail on disk.
+  const file = path.join(dir, name(1n));
+  assert.equal(fs.statSync(file).size, PREALLOCATE_BYTES);
+  const wal = Wal.open(dir);
+  assertRecords(readAll(wal), recs(1n, 3));
+  wal.appendSync(recs(4n, 2));
+  assertRecords(readAll(wal), [...recs(1n, 3), ...recs(4n, 2)]);
+  wal.close();
+  assertRecords(readAll(Wal.open(dir)), [...recs(1n, 3), ...recs(4n, 2)]);
 });

