@@ -14,7 +14,7 @@ import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { TestContext } from 'node:test';
+import { after as afterAll, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Etcd3 } from 'etcd3';
 import { execa } from 'execa';
@@ -77,6 +77,14 @@ export function onCleanup(t: Ctx, fn: Cleanup): void {
   }
   stack.push(fn);
 }
+
+/**
+ * A Ctx for resources shared by all tests of one file (a server started at the top level):
+ * cleaned up after the file's tests, by node:test's top-level `after`.
+ */
+export const fileScope: Ctx = {
+  after: (fn) => afterAll(() => (fn as unknown as () => unknown)?.()),
+};
 
 // ---------------------------------------------------------------- ports and dirs
 

@@ -10,6 +10,9 @@ export interface FlagSpec {
   type: 'string' | 'boolean' | 'number';
 }
 
+/** The local directory store: the object store that needs no service. */
+export const DEFAULT_S3_ENDPOINT = 'file:///var/lib/kvs-objects';
+
 const flag = (flag: string, type: FlagSpec['type'], description: string, def?: string): FlagSpec => ({
   flag,
   env: 'KVS_' + flag.replace(/-/g, '_').toUpperCase(),
@@ -26,7 +29,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
   flag('s3-bucket', 'string', 'Object-store bucket; with it, WAL segments and checkpoints go to the object store'),
   flag('s3-prefix', 'string', 'Key prefix inside the bucket (ends with /)', ''),
-  flag('s3-endpoint', 'string', 'S3-compatible endpoint URL, or file:///dir for a local directory as the object store'),
+  flag('s3-endpoint', 'string', 'S3-compatible endpoint URL (for AWS: https://s3.<region>.amazonaws.com), or file:///dir for a local directory as the object store', DEFAULT_S3_ENDPOINT),
   flag('object-store-encryption-key-file', 'string', 'File holding the 32-byte AES-256 key (raw, 64 hex characters, or base64)'),
   flag('object-store-encryption-key-env', 'string', 'Name of an environment variable holding the key (same encodings)'),
   flag('wal-sync-upload', 'boolean', 'Upload each write batch to the object store before acknowledging it', 'true'),

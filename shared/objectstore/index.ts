@@ -1,0 +1,63 @@
+// Opening the object store: a local directory for `file://` endpoints, S3 otherwise, wrapped
+// in the encryption layer (with a key) or the plaintext guard (without one).
+import { fileURLToPath } from 'node:url';
+import { DEFAULT_S3_ENDPOINT, type Config } from '../config.js';
+import { EncryptedStore, PlainGuardStore, loadEncryptionKey } from './encryption.js';
+import { LocalObjectStore } from './local.js';
+import type { ObjectStore } from './store.js';
+
+export * from './store.js';
+
+export interface ObjectStoreOptions {
+  /** `file:///dir` (a local directory) or an http(s) URL of an S3-compatible service. */
+  endpoint: string;
+  bucket: string;
+  /** Key prefix inside the bucket ('' or ending with `/`). */
+  prefix: string;
+  /** The 32-byte AES-256 key of the prefix, when its bodies are encrypted. */
+  encryptionKey?: Buffer;
+}
+
+export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectStore> {
+  if (!opts.bucket) throw new Error('object store: --s3-bucket is required');
+  opts = { ...opts, prefix: normalizePrefix(opts.prefix) };
+  let raw: ObjectStore;
+  const url = parseEndpoint(opts.endpoint);
+  if (url.protocol === 'file:') {
+    raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix });
+  } else if (url.protocol === 'http:' || url.protocol === 'https:') {
+    const { S3ObjectStore } = await import('./s3.js');
+    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix });
+  } else {
+    throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
+  }
+  return opts.encryptionKey ? new EncryptedStore(raw, opts.encryptionKey) : new PlainGuardStore(raw);
+}
+
+/** The spec's prefixes end with `/`; `kvs` and `kvs/` name the same prefix. */
+export function normalizePrefix(prefix: string | undefined): string {
+  if (!prefix) return '';
+  return prefix.endsWith('/') ? prefix : prefix + '/';
+}
+
+function parseEndpoint(endpoint: string): URL {
+  try {
+    return new URL(endpoint);
+  } catch {
+    throw new Error(`--s3-endpoint must be a URL (file:///dir or https://host), got "${endpoint}"`);
+  }
+}
+
+/** The subset of the flags that names a prefix of the object store (the commands take only these). */
+export type ObjectStoreFlags = Pick<Config, 's3Bucket' | 's3Prefix' | 's3Endpoint' | 'objectStoreEncryptionKeyFile' | 'objectStoreEncryptionKeyEnv'>;
+
+/** Options from the flags: reads the encryption key, checks the bucket is given. */
+export function objectStoreOptions(cfg: ObjectStoreFlags, env: NodeJS.ProcessEnv = process.env): ObjectStoreOptions {
+  if (!cfg.s3Bucket) throw new Error('--s3-bucket is required');
+  return {
+    endpoint: cfg.s3Endpoint || DEFAULT_S3_ENDPOINT,
+    bucket: cfg.s3Bucket,
+    prefix: cfg.s3Prefix ?? '',
+    encryptionKey: loadEncryptionKey({ keyFile: cfg.objectStoreEncryptionKeyFile, keyEnv: cfg.objectStoreEncryptionKeyEnv }, env),
+  };
+}

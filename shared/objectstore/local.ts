@@ -1,0 +1,348 @@
+// The object store in a local directory (`--s3-endpoint file:///var/lib/kvs-objects`): the
+// embedded default, which needs no service. It behaves like the S3 store: writes are atomic
+// (readers see the old or the new object, never a torn one) and durable (file and directory
+// fsynced), and conditional writes are atomic between the processes of one machine.
+//
+// On disk, `<root>/<bucket>/` holds one file per object. The key (store prefix + key) is split
+// at `/`; each segment is percent-encoded (see `encodeSegment`), so no key can escape the
+// bucket directory. Object files carry the encoded segment as their name, directories the
+// encoded segment plus `~`, so `a` and `a/b` can both exist. Temporary files start with `.`,
+// which no encoded segment does.
+//
+// The etag of an object is derived from its file's identity (inode, size, mtime): a replaced
+// object always gets a new file, so its etag changes.
+//
+// Versions: this store keeps none. `listVersions` yields nothing and `get` with a versionId
+// finds nothing; point-in-time restore needs a versioned S3 bucket.
+
+import { createHash, randomBytes } from 'node:crypto';
+import { constants as fsc, realpathSync, type BigIntStats } from 'node:fs';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import {
+  PreconditionFailedError,
+  type GetResult,
+  type ObjectInfo,
+  type ObjectStore,
+  type ObjectVersion,
+  type PutOptions,
+  type PutResult,
+} from './store.js';
+
+const DIR_SUFFIX = '~';
+const MAX_KEY_BYTES = 1024; // as S3
+const MAX_NAME_BYTES = 255; // a file name on Linux file systems
+
+/**
+ * One key segment as a file name: bytes outside [A-Za-z0-9_.-] become %XX, and so does a
+ * leading `.` (so `.`, `..` and temp files cannot be produced); the empty segment is `%`.
+ */
+export function encodeSegment(seg: string): string {
+  if (seg === '') return '%';
+  let out = '';
+  const bytes = Buffer.from(seg, 'utf8');
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i]!;
+    const c = String.fromCharCode(b);
+    const plain = /[A-Za-z0-9_-]/.test(c) || (c === '.' && i > 0);
+    out += plain ? c : '%' + b.toString(16).toUpperCase().padStart(2, '0');
+  }
+  return out;
+}
+
+export function decodeSegment(name: string): string {
+  if (name === '%') return '';
+  const bytes: number[] = [];
+  for (let i = 0; i < name.length; i++) {
+    if (name[i] === '%') {
+      bytes.push(parseInt(name.slice(i + 1, i + 3), 16));
+      i += 2;
+    } else bytes.push(name.charCodeAt(i));
+  }
+  return Buffer.from(bytes).toString('utf8');
+}
+
+/** The path of a full key's object file, relative to the bucket directory. */
+export function objectPath(fullKey: string): string {
+  const size = Buffer.byteLength(fullKey, 'utf8');
+  if (size === 0) throw new Error('object store: empty key');
+  if (size > MAX_KEY_BYTES) throw new Error(`object store: key longer than ${MAX_KEY_BYTES} bytes: ${fullKey.slice(0, 80)}...`);
+  const segs = fullKey.split('/');
+  const names = segs.map((s, i) => encodeSegment(s) + (i < segs.length - 1 ? DIR_SUFFIX : ''));
+  for (const n of names) {
+    if (Buffer.byteLength(n) > MAX_NAME_BYTES) {
+      throw new Error(`object store: a part of key ${fullKey.slice(0, 80)} is too long for a local directory store (${MAX_NAME_BYTES} bytes encoded)`);
+    }
+  }
+  return path.join(...names);
+}
+
+/** Order of S3 listings: by the UTF-8 bytes of the key. */
+function compareUtf8(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
+function etagOf(st: BigIntStats): string {
+  return `${st.ino.toString(36)}-${st.size.toString(36)}-${st.mtimeNs.toString(36)}`;
+}
+
+function isCode(err: unknown, ...codes: string[]): boolean {
+  return codes.includes((err as NodeJS.ErrnoException)?.code ?? '');
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const fh = await fs.open(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/** mkdir -p that fsyncs the parent of every directory it creates, so the new path survives a crash. */
+async function mkdirDurable(dir: string): Promise<void> {
+  try {
+    await fs.mkdir(dir);
+  } catch (err) {
+    if (isCode(err, 'EEXIST')) return;
+    if (!isCode(err, 'ENOENT')) throw err;
+    await mkdirDurable(path.dirname(dir));
+    try {
+      await fs.mkdir(dir);
+    } catch (err2) {
+      if (!isCode(err2, 'EEXIST')) throw err2;
+      return;
+    }
+  }
+  await fsyncDir(path.dirname(dir));
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A lock on one object, held by this process, released by the kernel if the process dies: a
+ * listening socket in Linux's abstract namespace (binding a name is exclusive, and the name
+ * vanishes with its owner, so a crash leaves no stale lock behind).
+ */
+async function withKeyLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+  const name = '\0kvs-objectstore-' + createHash('sha256').update(id).digest('hex').slice(0, 40);
+  const server = net.createServer();
+  server.unref();
+  for (let delay = 1; ; delay = Math.min(delay * 2, 20)) {
+    const err = await new Promise<Error | undefined>((resolve) => {
+      server.once('error', resolve);
+      server.listen(name, () => {
+        server.removeListener('error', resolve);
+        resolve(undefined);
+      });
+    });
+    if (!err) break;
+    if (!isCode(err, 'EADDRINUSE')) throw err;
+    await sleep(delay);
+  }
+  try {
+    return await fn();
+  } finally {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+export interface LocalStoreOptions {
+  /** The directory of the endpoint (`file:///var/lib/kvs-objects` -> /var/lib/kvs-objects). */
+  root: string;
+  bucket: string;
+  /** Key prefix inside the bucket, e.g. `prod/`. */
+  prefix: string;
+}
+
+export class LocalObjectStore implements ObjectStore {
+  readonly location: string;
+  private readonly bucketDir: string;
+  private readonly prefix: string;
+
+  constructor(opts: LocalStoreOptions) {
+    if (!opts.bucket || opts.bucket.includes('/') || opts.bucket === '.' || opts.bucket === '..') {
+      throw new Error(`object store: invalid bucket name "${opts.bucket}" for a local directory store`);
+    }
+    // The real path, so that every process derives the same lock names (see withKeyLock).
+    let root = path.resolve(opts.root);
+    try {
+      root = realpathSync(root);
+    } catch {
+      // not created yet: the first write creates it
+    }
+    this.bucketDir = path.join(root, opts.bucket);
+    this.prefix = opts.prefix;
+    this.location = `file://${this.bucketDir}/${opts.prefix}`;
+  }
+
+  private file(key: string): string {
+    return path.join(this.bucketDir, objectPath(this.prefix + key));
+  }
+
+  async get(key: string, opts: { versionId?: string } = {}): Promise<GetResult | undefined> {
+    if (opts.versionId !== undefined) return undefined; // no versions here
+    let fh;
+    try {
+      fh = await fs.open(this.file(key), fsc.O_RDONLY);
+    } catch (err) {
+      if (isCode(err, 'ENOENT', 'ENOTDIR', 'EISDIR')) return undefined;
+      throw err;
+    }
+    try {
+      // Stat and read the same open file: the etag belongs to these bytes even if the
+      // object is replaced meanwhile (a replacement is a new file).
+      const st = await fh.stat({ bigint: true });
+      if (!st.isFile()) return undefined;
+      const body = await fh.readFile();
+      return { body, etag: etagOf(st) };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  async head(key: string): Promise<ObjectInfo | undefined> {
+    try {
+      const st = await fs.stat(this.file(key), { bigint: true });
+      if (!st.isFile()) return undefined;
+      return { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
+    } catch (err) {
+      if (isCode(err, 'ENOENT', 'ENOTDIR')) return undefined;
+      throw err;
+    }
+  }
+
+  async put(key: string, body: Buffer, opts: PutOptions = {}): Promise<PutResult> {
+    const file = this.file(key);
+    const dir = path.dirname(file);
+    const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
+    // The body is written and fsynced before the lock is taken; under the lock only the
+    // check and the rename happen, so racing writers hold it briefly.
+    for (let attempt = 0; ; attempt++) {
+      await mkdirDurable(dir);
+      try {
+        await fs.writeFile(tmp, body, { flag: 'wx' });
+        break;
+      } catch (err) {
+        // A concurrent delete removed the (empty) directory between mkdir and open.
+        if (!isCode(err, 'ENOENT') || attempt >= 5) throw err;
+      }
+    }
+    try {
+      const fh = await fs.open(tmp, fsc.O_RDONLY);
+      let etag: string;
+      try {
+        await fh.sync();
+        etag = etagOf(await fh.stat({ bigint: true }));
+      } finally {
+        await fh.close();
+      }
+      await withKeyLock(file, async () => {
+        if (opts.ifNoneMatch === '*' || opts.ifMatch !== undefined) {
+          const current = await this.head(key);
+          if (opts.ifNoneMatch === '*' && current) throw new PreconditionFailedError(key);
+          if (opts.ifMatch !== undefined && current?.etag !== opts.ifMatch) throw new PreconditionFailedError(key);
+        }
+        await fs.rename(tmp, file);
+      });
+      await fsyncDir(dir);
+      return { etag };
+    } catch (err) {
+      await fs.rm(tmp, { force: true });
+      throw err;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    const file = this.file(key);
+    await withKeyLock(file, async () => {
+      try {
+        await fs.unlink(file);
+      } catch (err) {
+        if (isCode(err, 'ENOENT', 'ENOTDIR')) return;
+        throw err;
+      }
+      await fsyncDir(path.dirname(file));
+    });
+    await this.removeEmptyDirs(path.dirname(file));
+  }
+
+  /** Drop directories left empty by a delete, up to the bucket directory. */
+  private async removeEmptyDirs(dir: string): Promise<void> {
+    while (dir.length > this.bucketDir.length && dir.startsWith(this.bucketDir + path.sep)) {
+      try {
+        await fs.rmdir(dir);
+      } catch {
+        return; // not empty (or already gone): stop
+      }
+      await fsyncDir(path.dirname(dir)).catch(() => {});
+      dir = path.dirname(dir);
+    }
+  }
+
+  async deleteMany(keys: string[]): Promise<void> {
+    // A few at a time: each delete is two fsyncs.
+    const queue = [...keys];
+    const worker = async () => {
+      for (let k = queue.shift(); k !== undefined; k = queue.shift()) await this.delete(k);
+    };
+    await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
+  }
+
+  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+    const full = this.prefix + prefix;
+    const segs = full.split('/');
+    const last = segs.pop()!; // a partial segment: names starting with it
+    let dir = this.bucketDir;
+    let keyPrefix = '';
+    for (const s of segs) {
+      dir = path.join(dir, encodeSegment(s) + DIR_SUFFIX);
+      keyPrefix += s + '/';
+    }
+    for await (const info of this.walk(dir, keyPrefix, last)) yield info;
+  }
+
+  /** Objects below `dir` (whose keys start with `keyPrefix`), in key order, lazily. */
+  private async *walk(dir: string, keyPrefix: string, startsWith: string): AsyncGenerator<ObjectInfo> {
+    let names: string[];
+    try {
+      names = await fs.readdir(dir);
+    } catch (err) {
+      if (isCode(err, 'ENOENT', 'ENOTDIR')) return;
+      throw err;
+    }
+    const entries: { name: string; seg: string; isDir: boolean; order: string }[] = [];
+    for (const name of names) {
+      if (name.startsWith('.')) continue; // temp files
+      const isDir = name.endsWith(DIR_SUFFIX);
+      const seg = decodeSegment(isDir ? name.slice(0, -1) : name);
+      if (!seg.startsWith(startsWith)) continue;
+      // A directory's keys all start with `seg/`, so it sorts as `seg/` among its siblings.
+      entries.push({ name, seg, isDir, order: isDir ? seg + '/' : seg });
+    }
+    entries.sort((a, b) => compareUtf8(a.order, b.order));
+    for (const e of entries) {
+      const p = path.join(dir, e.name);
+      if (e.isDir) {
+        yield* this.walk(p, keyPrefix + e.seg + '/', '');
+        continue;
+      }
+      let st: BigIntStats;
+      try {
+        st = await fs.stat(p, { bigint: true });
+      } catch (err) {
+        if (isCode(err, 'ENOENT')) continue; // deleted meanwhile
+        throw err;
+      }
+      const key = (keyPrefix + e.seg).slice(this.prefix.length);
+      yield { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
+    }
+  }
+
+  async *listVersions(_prefix: string): AsyncIterable<ObjectVersion> {
+    // A local directory keeps no versions.
+  }
+
+  close(): void {}
+}
