@@ -18,6 +18,8 @@ const VERSION = 1;
 const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 const HEADER_BYTES = ENCRYPTED_MAGIC.length + 1 + NONCE_BYTES;
+/** What encryption adds to a body. */
+export const ENCRYPTION_OVERHEAD = HEADER_BYTES + TAG_BYTES;
 
 const KEY_FLAGS = '--object-store-encryption-key-file or --object-store-encryption-key-env';
 
@@ -112,8 +114,12 @@ abstract class BodyTransformStore implements ObjectStore {
     const res = await this.inner.get(key, opts);
     return res && { ...res, body: this.decode(key, res.body) };
   }
-  head(key: string): Promise<ObjectInfo | undefined> {
-    return this.inner.head(key);
+  /** The size of the body as `get` returns it, from the stored size. */
+  protected abstract size(stored: number): number;
+
+  async head(key: string): Promise<ObjectInfo | undefined> {
+    const info = await this.inner.head(key);
+    return info && { ...info, size: this.size(info.size) };
   }
   put(key: string, body: Buffer, opts?: PutOptions): Promise<PutResult> {
     return this.inner.put(key, this.encode(key, body), opts);
@@ -124,22 +130,25 @@ abstract class BodyTransformStore implements ObjectStore {
   deleteMany(keys: string[]): Promise<void> {
     return this.inner.deleteMany(keys);
   }
-  list(prefix: string): AsyncIterable<ObjectInfo> {
-    return this.inner.list(prefix);
+  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+    for await (const info of this.inner.list(prefix)) yield { ...info, size: this.size(info.size) };
   }
-  listVersions(prefix: string): AsyncIterable<ObjectVersion> {
-    return this.inner.listVersions(prefix);
+  async *listVersions(prefix: string): AsyncIterable<ObjectVersion> {
+    for await (const v of this.inner.listVersions(prefix)) yield v.deleteMarker ? v : { ...v, size: this.size(v.size) };
   }
   close(): void {
     this.inner.close();
   }
 }
 
-/** Encrypts bodies on put and decrypts them on get. Sizes in listings are those of the stored (encrypted) bodies. */
+/** Encrypts bodies on put and decrypts them on get. Sizes are those of the plaintext. */
 export class EncryptedStore extends BodyTransformStore {
   constructor(inner: ObjectStore, private readonly key: Buffer) {
     super(inner);
     if (key.length !== 32) throw new Error(`object-store encryption key must be 32 bytes, got ${key.length}`);
+  }
+  protected size(stored: number): number {
+    return Math.max(0, stored - ENCRYPTION_OVERHEAD);
   }
   protected encode(key: string, body: Buffer): Buffer {
     return encryptBody(this.key, key, body);
@@ -151,6 +160,9 @@ export class EncryptedStore extends BodyTransformStore {
 
 /** A store without a key: refuses to hand out encrypted bodies as if they were data. */
 export class PlainGuardStore extends BodyTransformStore {
+  protected size(stored: number): number {
+    return stored;
+  }
   protected encode(_key: string, body: Buffer): Buffer {
     return body;
   }

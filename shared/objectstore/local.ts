@@ -91,8 +91,15 @@ function isCode(err: unknown, ...codes: string[]): boolean {
   return codes.includes((err as NodeJS.ErrnoException)?.code ?? '');
 }
 
+/** A directory removed meanwhile (by the delete of its last object) needs no sync. */
 async function fsyncDir(dir: string): Promise<void> {
-  const fh = await fs.open(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  let fh;
+  try {
+    fh = await fs.open(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  } catch (err) {
+    if (isCode(err, 'ENOENT')) return;
+    throw err;
+  }
   try {
     await fh.sync();
   } finally {
@@ -276,7 +283,7 @@ export class LocalObjectStore implements ObjectStore {
       } catch {
         return; // not empty (or already gone): stop
       }
-      await fsyncDir(path.dirname(dir)).catch(() => {});
+      await fsyncDir(path.dirname(dir));
       dir = path.dirname(dir);
     }
   }
