@@ -23,10 +23,11 @@ const HEADER = 'etcdserverpb.ResponseHeader';
 /** Header fields that legitimately differ between the two servers. */
 const IDENTITY_FIELDS = new Set(['clusterId', 'memberId', 'raftTerm']);
 
-const kvService = root.lookupService('etcdserverpb.KV');
+const KV = 'etcdserverpb.KV';
 
-function methodTypes(method: Method): { req: protobuf.Type; res: protobuf.Type } {
-  const m = kvService.methods[method]!;
+/** Request and response types of a method of `serviceName` (KV unless told). */
+function methodTypes(method: string, serviceName = KV): { req: protobuf.Type; res: protobuf.Type } {
+  const m = root.lookupService(serviceName).methods[method]!;
   m.resolve();
   return { req: m.resolvedRequestType!, res: m.resolvedResponseType! };
 }
@@ -48,8 +49,8 @@ function toWire(t: protobuf.Type, obj: Record<string, unknown>): Record<string, 
   return out;
 }
 
-export function encodeRequest(method: Method, req: object): protobuf.Message {
-  const { req: t } = methodTypes(method);
+export function encodeRequest(method: string, req: object, serviceName = KV): protobuf.Message {
+  const { req: t } = methodTypes(method, serviceName);
   return t.fromObject(toWire(t, req as Record<string, unknown>));
 }
 
@@ -82,20 +83,28 @@ export function plain(t: protobuf.Type, msg: Record<string, unknown>): Plain {
 
 type GenericClient = grpc.Client & Record<string, (req: unknown, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: unknown) => void) => void>;
 
-const KVClient = grpc.makeGenericClientConstructor(service('etcdserverpb.KV'), 'KV');
-
 export class Endpoint {
-  private readonly client: GenericClient;
+  /** One client per etcd service, made on first use. */
+  private readonly clients = new Map<string, GenericClient>();
 
-  constructor(t: Ctx, readonly name: string, readonly address: string) {
-    this.client = new KVClient(address, grpc.credentials.createInsecure()) as unknown as GenericClient;
-    onCleanup(t, () => this.client.close());
+  constructor(private readonly t: Ctx, readonly name: string, readonly address: string) {}
+
+  private client(serviceName: string): GenericClient {
+    let c = this.clients.get(serviceName);
+    if (!c) {
+      const Ctor = grpc.makeGenericClientConstructor(service(serviceName), serviceName);
+      const made = new Ctor(this.address, grpc.credentials.createInsecure()) as unknown as GenericClient;
+      onCleanup(this.t, () => made.close());
+      this.clients.set(serviceName, (c = made));
+    }
+    return c;
   }
 
-  call(method: Method, msg: protobuf.Message): Promise<Outcome> {
-    const { res } = methodTypes(method);
+  /** A unary call to `method` of `serviceName` (KV unless told). */
+  call(method: string, msg: protobuf.Message, serviceName = KV): Promise<Outcome> {
+    const { res } = methodTypes(method, serviceName);
     return new Promise((resolve) => {
-      this.client[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
+      this.client(serviceName)[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
         if (err) resolve({ error: { code: err.code, details: err.details } });
         else resolve({ ok: plain(res, out as Record<string, unknown>) });
       });
@@ -122,6 +131,13 @@ export class Differ {
   /** The kvs node's log (its last 16 KiB), for a failure report. */
   kvsOutput(): string {
     return this.kvsLog().slice(-16 * 1024);
+  }
+
+  /** Sends `req` to `method` of `serviceName` on both and returns both outcomes, unchecked. */
+  async both(serviceName: string, method: string, req: object): Promise<{ etcd: Outcome; kvs: Outcome }> {
+    const msg = encodeRequest(method, req, serviceName);
+    const [etcd, kvs] = await Promise.all([this.etcd.call(method, msg, serviceName), this.kvs.call(method, msg, serviceName)]);
+    return { etcd, kvs };
   }
 
   /** Sends `req` to both; asserts the outcomes are equal; returns etcd's. */

@@ -9,96 +9,13 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startKvs, type CmdOptions, type CmdResult } from './harness.js';
-
-/** JSON.parse that keeps 64-bit ids exact (as strings). */
-function parseJson(text: string): unknown {
-  return JSON.parse(text.replace(/([:\[,]\s*)(\d{16,})(?=\s*[,}\]])/g, '$1"$2"'));
-}
-
-const ID_FIELDS = new Set(['cluster_id', 'member_id', 'ID', 'leader']);
-
-/** Replaces the fields that differ between any two servers with placeholders. */
-function normaliseJson(value: unknown, endpoint: string): unknown {
-  if (Array.isArray(value)) return value.map((v) => normaliseJson(v, endpoint));
-  if (value && typeof value === 'object') {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) {
-      if (ID_FIELDS.has(k)) out[k] = '<id>';
-      else if (k === 'raft_term' || k === 'raftTerm') out[k] = '<term>';
-      else if (k === 'raftIndex' || k === 'raftAppliedIndex') out[k] = '<index>';
-      else if (k === 'dbSize' || k === 'dbSizeInUse') out[k] = '<size>';
-      else if (k === 'version' && typeof v === 'string') out[k] = '<version>';
-      else if (k === 'name' && typeof v === 'string') out[k] = '<name>';
-      else if (k === 'peerURLs') out[k] = '<peers>';
-      else if (k === 'took') out[k] = '<took>';
-      else if (typeof v === 'string') out[k] = v.split(endpoint).join('<endpoint>');
-      else out[k] = normaliseJson(v, endpoint);
-    }
-    if ('clientURLs' in out && !('peerURLs' in out)) out.peerURLs = '<peers>'; // kvs has no peer port
-    return out;
-  }
-  return value;
-}
-
-/** Lines of output; a JSON line becomes its normalised value (compared without regard to key order). */
-function normaliseText(text: string, endpoint: string): unknown[] {
-  return text
-    .split(endpoint)
-    .join('<endpoint>')
-    .split('\n')
-    .map((line) => {
-      if (line.startsWith('{') || line.startsWith('[')) {
-        try {
-          const v = parseJson(line) as Record<string, unknown>;
-          // etcdctl's own log line: keep the level, message and error, not the time or client id.
-          if (v && typeof v === 'object' && 'level' in v && 'msg' in v) return `[${v.level}] ${v.msg}: ${v.error ?? ''}`;
-          return normaliseJson(v, endpoint);
-        } catch {
-          return line;
-        }
-      }
-      return line
-        .replace(/took = [\d.]+[µmn]?s/, 'took = <took>')
-        .replace(/^"(ClusterID|MemberID)" : \d+$/, '"$1" : <id>')
-        .replace(/^"RaftTerm" : \d+$/, '"RaftTerm" : <term>');
-    });
-}
-
-interface Normalised {
-  exitCode: number;
-  stdout: unknown[];
-  stderr: unknown[];
-}
-
-function normalise(r: CmdResult, endpoint: string): Normalised {
-  return { exitCode: r.exitCode, stdout: normaliseText(r.stdout, endpoint), stderr: normaliseText(r.stderr, endpoint) };
-}
-
-/** The last line of etcdctl's stderr: its "Error: ..." summary. */
-function lastError(r: CmdResult): string {
-  return r.stderr.trimEnd().split('\n').at(-1) ?? '';
-}
+import { etcdctl, startEtcd, startKvs } from './harness.js';
+import { etcdctlSideBySide, lastError, parseJson } from './etcdctl-compare.js';
 
 test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
   const [kvs, etcd] = await Promise.all([startKvs(t), startEtcd(t)]);
 
-  /** Runs one etcdctl command against both and asserts identical normalised output. */
-  const same = async (args: string[], opts: CmdOptions = {}): Promise<{ kvs: CmdResult; etcd: CmdResult }> => {
-    const [k, e] = await Promise.all([etcdctl(kvs.endpoint, args, opts), etcdctl(etcd.endpoint, args, opts)]);
-    assert.equal(k.timedOut, false, `etcdctl ${args.join(' ')} timed out against kvs`);
-    assert.deepEqual(
-      normalise(k, kvs.endpoint),
-      normalise(e, etcd.endpoint),
-      `etcdctl ${args.join(' ')}${opts.input ? ` <<< ${JSON.stringify(opts.input)}` : ''}\n--- kvs:\n${k.stdout}${k.stderr}\n--- etcd:\n${e.stdout}${e.stderr}`,
-    );
-    return { kvs: k, etcd: e };
-  };
-  const ok = async (args: string[], opts: CmdOptions = {}) => {
-    const r = await same(args, opts);
-    assert.equal(r.kvs.exitCode, 0, r.kvs.stderr);
-    return r.kvs;
-  };
+  const { same, ok } = etcdctlSideBySide(kvs.endpoint, etcd.endpoint);
 
   await t.test('put and get', async () => {
     assert.equal((await ok(['put', 'a', '1'])).stdout, 'OK\n');

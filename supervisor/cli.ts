@@ -105,4 +105,21 @@ prog
     }
   });
 
+prog
+  .command('snapshot restore <file>')
+  .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs (checks its sha256)')
+  .option('--data-dir', 'The data directory to create (env KVS_DATA_DIR, default ./kvs-data); it must not hold a database yet')
+  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb)', false)
+  .example('snapshot restore backup.db --data-dir ./restored')
+  .action(async (file: string, opts: Record<string, unknown>) => {
+    try {
+      const { restoreSnapshot } = await import('./snapshot-restore.js');
+      const dataDir = config(opts).dataDir;
+      const r = await restoreSnapshot({ file, dataDir, skipHashCheck: opts['skip-hash-check'] === true });
+      process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
 prog.parse(process.argv);

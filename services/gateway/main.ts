@@ -12,11 +12,13 @@ import { StorageLink } from './storage-client.js';
 import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
+import { removeStaleSnapshots } from './snapshot.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
+  removeStaleSnapshots(cfg.dataDir);
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
   const server = new grpc.Server({
     // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
@@ -25,7 +27,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node), clusterService(db, node)]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node)]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>

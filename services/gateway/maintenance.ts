@@ -1,46 +1,86 @@
-// etcdserverpb.Maintenance (Status, Alarm) and etcdserverpb.Cluster (MemberList) for a single
-// node. Membership is not managed through this API: nodes join by sharing the object store.
-import fs from 'node:fs';
-import path from 'node:path';
+// etcdserverpb.Maintenance for a single node, answering as etcd 3.4 does
+// (etcdserver/api/v3rpc/maintenance.go), and etcdserverpb.Cluster (MemberList). Membership is
+// not managed through this API: nodes join by sharing the object store.
 import * as grpc from '@grpc/grpc-js';
-import { service } from '../../shared/proto/index.js';
+import { service, num } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
-import { META, readMeta, dbPath } from '../../shared/mvcc/schema.js';
+import { META, readMeta } from '../../shared/mvcc/schema.js';
+import { dbSizes } from '../../shared/mvcc/tables.js';
+import { hashKV, hashAll } from '../../shared/mvcc/hash.js';
+import type { Logger } from '../../shared/log.js';
 import type { NodeInfo } from './node-info.js';
+import { toServiceError } from './kv.js';
+import { streamSnapshot } from './snapshot.js';
 import { VERSION } from '../../shared/version.js';
 
 type Handler = (call: grpc.ServerUnaryCall<any, unknown>, cb: grpc.sendUnaryData<unknown>) => void;
 
-export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo) {
+const AlarmAction = { GET: 0, ACTIVATE: 1, DEACTIVATE: 2 } as const;
+
+export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, log: Logger) {
   const def = service('etcdserverpb.Maintenance');
-  const impl: Record<string, Handler> = {
-    Status(_call, cb) {
+  /** Runs `fn` in a fresh read snapshot; its errors become etcd's gRPC errors. */
+  const read = (cb: grpc.sendUnaryData<unknown>, fn: () => unknown) => {
+    try {
       db.env.resetReadTxn();
-      const revision = readMeta(db, META.revision);
-      const applied = readMeta(db, META.appliedIndex);
-      let dbSize = 0;
-      try {
-        dbSize = fs.statSync(path.join(dbPath(dataDir), 'data.mdb')).size;
-      } catch {}
-      const stats = db.env.getStats() as { pageSize?: number; lastPageNumber?: number; freelistEntries?: number };
-      const inUse = stats.pageSize && stats.lastPageNumber ? stats.pageSize * (stats.lastPageNumber + 1) : dbSize;
-      cb(null, {
-        header: node.header(revision),
-        version: VERSION.etcdCompat,
-        dbSize,
-        leader: node.memberId,
-        raftIndex: applied,
-        raftTerm: node.raftTerm,
-        raftAppliedIndex: applied,
-        errors: [],
-        dbSizeInUse: Math.min(inUse, dbSize || inUse),
-        isLearner: false,
+      cb(null, fn());
+    } catch (err) {
+      cb(toServiceError(err));
+    }
+  };
+  const impl: Record<string, Handler | ((call: any) => void)> = {
+    Status(_call, cb) {
+      read(cb, () => {
+        const applied = readMeta(db, META.appliedIndex);
+        return {
+          header: node.header(readMeta(db, META.revision)),
+          version: VERSION.etcdCompat,
+          ...dbSizes(db),
+          // A single node is always its own leader, so etcd's "no leader" error never appears.
+          leader: node.memberId,
+          // The WAL index plays raft's: every applied write has one, and there is no lag.
+          raftIndex: applied,
+          raftTerm: node.raftTerm,
+          raftAppliedIndex: applied,
+          errors: [],
+        };
       });
     },
-    Alarm(_call, cb) {
-      // kvs raises no alarms (no quota: LMDB grows with the disk); list and disarm answer empty.
-      db.env.resetReadTxn();
-      cb(null, { header: node.header(readMeta(db, META.revision)), alarms: [] });
+    Alarm(call, cb) {
+      // kvs raises no alarms (no space quota: LMDB grows with the disk). As etcd, listing or
+      // disarming when there is none answers an empty response without a header.
+      if (call.request.action === AlarmAction.ACTIVATE) {
+        return cb({
+          code: grpc.status.FAILED_PRECONDITION,
+          details: 'kvs: alarms cannot be activated: kvs has no space quota and raises no alarms; nothing was changed',
+        });
+      }
+      cb(null, {});
+    },
+    Defragment(_call, cb) {
+      // A no-op (docs/architecture.md): LMDB reuses free pages itself, and shrinking the file
+      // would mean swapping it under two processes that map it.
+      log.info('defragment requested: nothing to do (LMDB reuses free pages)');
+      cb(null, {});
+    },
+    Hash(_call, cb) {
+      read(cb, () => ({ header: node.header(readMeta(db, META.revision)), hash: hashAll(db) }));
+    },
+    HashKV(call, cb) {
+      read(cb, () => {
+        const r = hashKV(db, num(call.request.revision));
+        return { header: node.header(r.revision), hash: r.hash, compactRevision: r.compactRevision };
+      });
+    },
+    MoveLeader(call, cb) {
+      // etcd on one member: moving to itself succeeds at once (no header); any other target is
+      // not a member.
+      const target = call.request.targetID;
+      if (target != null && target.toString() === node.memberId) return cb(null, {});
+      cb({ code: grpc.status.FAILED_PRECONDITION, details: 'etcdserver: bad leader transferee' });
+    },
+    Snapshot(call: grpc.ServerWritableStream<unknown, any>) {
+      void streamSnapshot(db, dataDir, call, log);
     },
   };
   return { def, impl };
