@@ -71,6 +71,24 @@ async function verifiedLength(file: string, skipHashCheck: boolean): Promise<num
   return length;
 }
 
+const LMDB_MAGIC = 0xbeefc0de;
+
+/**
+ * Whether the file starts with an LMDB meta page. Checked before LMDB opens it: LMDB trusts
+ * its file, and another format (e.g. an etcd snapshot, a bolt file) can crash the process.
+ * The magic follows the page header: 16 bytes in LMDB 0.9, 24 in lmdb-js 3's LMDB.
+ */
+function isLmdbFile(file: string): boolean {
+  const head = Buffer.alloc(32);
+  const fd = fs.openSync(file, 'r');
+  try {
+    if (fs.readSync(fd, head, 0, head.length, 0) < head.length) return false;
+  } finally {
+    fs.closeSync(fd);
+  }
+  return head.readUInt32LE(16) === LMDB_MAGIC || head.readUInt32LE(24) === LMDB_MAGIC;
+}
+
 async function copyPrefix(from: string, to: string, length: number): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     const out = fs.createWriteStream(to, { flags: 'wx' });
@@ -87,6 +105,9 @@ export async function restoreSnapshot(opts: SnapshotRestoreOptions): Promise<Sna
   const dataDir = path.resolve(opts.dataDir);
   assertEmptyTarget(dataDir);
   const length = await verifiedLength(opts.file, !!opts.skipHashCheck);
+  if (!isLmdbFile(opts.file)) {
+    throw new Error(`${opts.file} is not a kvs snapshot (not an LMDB database); a snapshot of etcd is restored with etcdctl snapshot restore`);
+  }
   // Built aside and renamed into place, so a crash never leaves a half-restored db/.
   const staging = path.join(dataDir, '.snapshot-restore');
   fs.rmSync(staging, { recursive: true, force: true });
