@@ -19,7 +19,8 @@ export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.S
 
 type Unary<Req> = (call: grpc.ServerUnaryCall<Req, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void;
 
-function forward(link: StorageLink, op: number): Unary<Buffer> {
+/** A unary call whose request bytes go to storage as they came, and whose answer comes back as is. */
+export function forward(link: StorageLink, op: number): Unary<Buffer> {
   return (call, cb) => {
     const body = call.request;
     if (body.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));

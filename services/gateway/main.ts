@@ -13,6 +13,7 @@ import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
 import { removeStaleSnapshots } from './snapshot.js';
+import { leaseService } from './lease.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel);
@@ -20,6 +21,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
   removeStaleSnapshots(cfg.dataDir);
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
+  const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
   const server = new grpc.Server({
     // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
     'grpc.max_receive_message_length': MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
@@ -27,7 +29,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node)]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink)]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>
@@ -37,6 +39,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     async stop() {
       await shutdown(server, 5000);
       link.close();
+      leaseLink.close();
       await db.env.close();
     },
   });

@@ -36,7 +36,11 @@ export class StorageLink {
   private retryMs = 20;
   private expiryTimer: NodeJS.Timeout | undefined;
 
-  constructor(socket: string, private readonly log: Logger, private readonly waitMs = 5000) {
+  /**
+   * `method` is the storage stream: `Write` (writes, through the WAL) or `Lease` (lease
+   * keep-alives and queries, which never write).
+   */
+  constructor(socket: string, private readonly log: Logger, private readonly waitMs = 5000, private readonly method: 'Write' | 'Lease' = 'Write') {
     this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
     this.open();
   }
@@ -47,7 +51,7 @@ export class StorageLink {
 
   private open(): void {
     if (this.closed) return;
-    const stream = this.client.Write() as grpc.ClientDuplexStream<unknown, { results: Result[] }>;
+    const stream = this.client[this.method]() as grpc.ClientDuplexStream<unknown, { results: Result[] }>;
     this.stream = stream;
     // The storage server sends its metadata as soon as the stream is accepted.
     stream.on('metadata', () => {

@@ -9,14 +9,19 @@ import { status } from '@grpc/grpc-js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../shared/mvcc/schema.js';
 import { EtcdError, MAX_REQUEST_BYTES, Errors } from '../../shared/errors.js';
-import { decode, encode, num } from '../../shared/proto/index.js';
+import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
 import { Wal } from './wal/log.js';
 import type { WalRecord } from './wal/frame.js';
 import { Executor, type Identity } from './mvcc/execute.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
+import { Lessor, LeaseOp } from './lease/lessor.js';
 
-export const Op = { PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4 } as const;
+export const Op = {
+  PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
+  LEASE_GRANT: LeaseOp.GRANT, LEASE_REVOKE: LeaseOp.REVOKE,
+  LEASE_KEEPALIVE: LeaseOp.KEEPALIVE, LEASE_TIME_TO_LIVE: LeaseOp.TIME_TO_LIVE, LEASE_LEASES: LeaseOp.LEASES,
+} as const;
 
 export interface WriteResult {
   body?: Buffer;
@@ -36,6 +41,7 @@ const WAL_ENTRY = 'kvs.storage.WalEntry';
 export class Engine {
   readonly executor: Executor;
   readonly identity: Identity;
+  readonly lessor: Lessor;
   private queue: Pending[] = [];
   private scheduled = false;
   private closed = false;
@@ -48,6 +54,7 @@ export class Engine {
   ) {
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
+    this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done));
     this.index = readMeta(db, META.appliedIndex);
   }
 
@@ -123,6 +130,7 @@ export class Engine {
       // Nothing of this batch was committed (LMDB aborted, WAL append rolled back): every
       // caller learns its write failed, and the counters are re-read.
       this.executor.reload();
+      this.lessor.reload();
       this.log.error({ err, batch: batch.length }, 'write batch failed; nothing of it was applied');
       const message = `kvs: write failed in storage: ${(err as Error).message}`;
       for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
@@ -153,6 +161,10 @@ export class Engine {
         return this.executor.txn(request('etcdserverpb.TxnRequest'));
       case Op.COMPACT:
         return this.executor.compact(request('etcdserverpb.CompactionRequest'));
+      case Op.LEASE_GRANT:
+        return this.lessor.grant(request('etcdserverpb.LeaseGrantRequest'));
+      case Op.LEASE_REVOKE:
+        return this.lessor.revoke(request('etcdserverpb.LeaseRevokeRequest'));
       default:
         throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown storage operation ${op}`);
     }
@@ -187,6 +199,7 @@ export class Engine {
 
   /** Stops taking writes, finishes the queued ones, and closes the WAL. */
   async close(): Promise<void> {
+    this.lessor.stop();
     this.closed = true;
     if (this.queue.length) this.drain();
     this.wal.close();
@@ -195,12 +208,24 @@ export class Engine {
 }
 
 function encodeEntry(e: WalEntry): Buffer {
-  return encode(WAL_ENTRY, e);
+  const { leaseGrant: g, leaseRevoke: r, ...rest } = e;
+  return encode(WAL_ENTRY, {
+    ...rest,
+    ...(g && { leaseGrant: { id: int64(g.id), ttl: g.ttl } }),
+    ...(r && { leaseRevoke: { id: int64(r.id) } }),
+  });
 }
 
+type Int64 = number | Long;
 export function decodeEntry(buf: Uint8Array): WalEntry {
-  const m = decode<{ revision: unknown; mutations: { type: number; kv: Uint8Array }[]; compactRevision: unknown }>(WAL_ENTRY, buf);
-  return { revision: num(m.revision as number), mutations: m.mutations, compactRevision: num(m.compactRevision as number) };
+  const m = decode<{
+    revision: unknown; mutations: { type: number; kv: Uint8Array }[]; compactRevision: unknown;
+    leaseGrant?: { id: Int64; ttl: Int64 }; leaseRevoke?: { id: Int64 };
+  }>(WAL_ENTRY, buf);
+  const e: WalEntry = { revision: num(m.revision as number), mutations: m.mutations, compactRevision: num(m.compactRevision as number) };
+  if (m.leaseGrant) e.leaseGrant = { id: bigint(m.leaseGrant.id), ttl: num(m.leaseGrant.ttl) };
+  if (m.leaseRevoke) e.leaseRevoke = { id: bigint(m.leaseRevoke.id) };
+  return e;
 }
 
 /** A fresh database gets a random cluster and member id (as etcd does at bootstrap). */

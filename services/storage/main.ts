@@ -23,6 +23,7 @@ export async function runStorage(cfg: Config): Promise<void> {
     engine.trimWal();
   }, 1000);
   rotation.unref();
+  engine.lessor.startExpiry();
   installLifecycle(log, {
     async stop() {
       clearInterval(rotation);

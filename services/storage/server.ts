@@ -1,5 +1,6 @@
 // The Storage service on <data-dir>/run/storage.sock: a long-lived bidi stream of write
-// batches (one message per caller event-loop turn), answered per group-commit drain.
+// batches (one message per caller event-loop turn), answered per group-commit drain, and a
+// second stream of the same shape for lease keep-alives and queries, which never write.
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import type { Engine, WriteResult } from './engine.js';
@@ -20,35 +21,45 @@ export interface StorageServer {
 export function storageServer(engine: Engine, dataDir: string, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown>>();
+  /**
+   * One stream of request batches: each request goes to `handle`, and the answers that are
+   * ready in one event-loop turn go back in one message.
+   */
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void) => void) => {
+    // Tells the gateway at once that this stream reached a live storage process.
+    call.sendMetadata(new grpc.Metadata());
+    streams.add(call);
+    call.on('close', () => streams.delete(call));
+    let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
+    let flushScheduled = false;
+    const flush = () => {
+      flushScheduled = false;
+      const results = out;
+      out = [];
+      if (!call.writable || call.destroyed) return;
+      call.write({ results });
+    };
+    call.on('data', (batch: WriteBatch) => {
+      for (const req of batch.requests) {
+        const id = req.id;
+        handle(req.op, req.body, (r: WriteResult) => {
+          out.push({ id, body: r.body, code: r.code, message: r.message });
+          if (!flushScheduled) {
+            flushScheduled = true;
+            process.nextTick(flush);
+          }
+        });
+      }
+    });
+    call.on('end', () => call.end());
+    call.on('error', (err) => log.debug({ err }, 'storage stream closed'));
+  };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
-      // Tells the gateway at once that this stream reached a live storage process.
-      call.sendMetadata(new grpc.Metadata());
-      streams.add(call);
-      call.on('close', () => streams.delete(call));
-      let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
-      let flushScheduled = false;
-      const flush = () => {
-        flushScheduled = false;
-        const results = out;
-        out = [];
-        if (!call.writable || call.destroyed) return;
-        call.write({ results });
-      };
-      call.on('data', (batch: WriteBatch) => {
-        for (const req of batch.requests) {
-          const id = req.id;
-          engine.submit(req.op, req.body, (r: WriteResult) => {
-            out.push({ id, body: r.body, code: r.code, message: r.message });
-            if (!flushScheduled) {
-              flushScheduled = true;
-              process.nextTick(flush);
-            }
-          });
-        }
-      });
-      call.on('end', () => call.end());
-      call.on('error', (err) => log.debug({ err }, 'write stream closed'));
+      serveBatches(call, (op, body, done) => engine.submit(op, body, done));
+    },
+    Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
+      serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));
     },
     Status(_call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) {
       let dbSize = 0;

@@ -7,6 +7,8 @@
 //   keyrevs  user key -> revkey(main, sub) + event byte, one dup value per change (dupSort):
 //            answers "which version of this key was live at revision R" and drives compaction
 //   meta     small named counters (revision, compact revision, applied WAL index, ids)
+//   leases     lease id (8 bytes, big-endian two's complement) -> granted TTL (shared/mvcc/leases.ts)
+//   leasekeys  lease id -> user key, one dup value per key attached to the lease (dupSort)
 import path from 'node:path';
 import fs from 'node:fs';
 import { open, type RootDatabase, type Database } from 'lmdb';
@@ -17,6 +19,8 @@ export interface MvccDb {
   history: Database<Buffer, Buffer>;
   keyrevs: Database<Buffer, Buffer>;
   meta: Database<any, string>;
+  leases: Database<Buffer, Buffer>;
+  leasekeys: Database<Buffer, Buffer>;
 }
 
 /** LMDB's key size limit as compiled into lmdb-js with 4 KiB pages. */
@@ -41,7 +45,7 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean }): MvccDb {
   if (!opts.readOnly) fs.mkdirSync(dir, { recursive: true });
   const env = open<Buffer, Buffer>({
     path: dir,
-    maxDbs: 8,
+    maxDbs: 16,
     // A large virtual map avoids remapping while another process reads the file.
     mapSize: 256 * 1024 ** 3,
     // The WAL is the durability boundary: after a crash it is replayed from appliedIndex, so
@@ -59,6 +63,8 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean }): MvccDb {
     history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary }),
     keyrevs: env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary }),
     meta: env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' }),
+    leases: env.openDB<Buffer, Buffer>({ name: 'leases', ...binary }),
+    leasekeys: env.openDB<Buffer, Buffer>({ name: 'leasekeys', dupSort: true, ...binary }),
   };
 }
 

@@ -4,6 +4,7 @@ import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyvalue.js';
 import { revKey, keyRevValue, mainOf, EVENT_PUT, EVENT_DELETE, REVKEY_BYTES } from '../../../shared/mvcc/revision.js';
+import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
 
 export const MUTATION_PUT = 0;
 export const MUTATION_DELETE = 1;
@@ -15,7 +16,7 @@ export interface Mutation {
 }
 
 /** A decoded kvs.storage.WalEntry. */
-export interface WalEntry {
+export interface WalEntry extends LeaseChanges {
   revision: number;
   mutations: Mutation[];
   compactRevision: number;
@@ -25,7 +26,14 @@ function asBuffer(b: Uint8Array): Buffer {
   return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
+/** The lease of a key's live version (0n: none or no such key). */
+function liveLease(db: MvccDb, key: Buffer): bigint {
+  const prev = db.kv.get(key);
+  return prev ? decodeKeyValue(prev).lease : 0n;
+}
+
 export function applyPut(db: MvccDb, key: Buffer, kv: Buffer, main: number, sub: number): void {
+  reattach(db, key, liveLease(db, key), decodeKeyValue(kv).lease);
   db.kv.putSync(key, kv);
   db.history.putSync(revKey(main, sub), kv);
   db.keyrevs.putSync(key, keyRevValue(main, sub, EVENT_PUT));
@@ -34,6 +42,7 @@ export function applyPut(db: MvccDb, key: Buffer, kv: Buffer, main: number, sub:
 /** Deletes the live version of `key` and returns the tombstone recorded in history. */
 export function applyDelete(db: MvccDb, key: Buffer, main: number, sub: number): Buffer {
   const tombstone = encodeKeyValue({ key, createRevision: 0, modRevision: main, version: 0, value: EMPTY, lease: 0n });
+  reattach(db, key, liveLease(db, key), 0n);
   db.kv.removeSync(key);
   db.history.putSync(revKey(main, sub), tombstone);
   db.keyrevs.putSync(key, keyRevValue(main, sub, EVENT_DELETE));
@@ -50,6 +59,7 @@ export function applyEntry(db: MvccDb, entry: WalEntry, index: number): void {
   });
   if (entry.revision > 0) db.meta.putSync(META.revision, entry.revision);
   if (entry.compactRevision > 0) applyCompaction(db, entry.compactRevision);
+  applyLeaseChanges(db, entry);
   db.meta.putSync(META.appliedIndex, index);
 }
 

@@ -9,6 +9,7 @@ import { range, rangeKeys, type Revisions, type RangeParams } from '../../../sha
 import * as R from '../../../shared/mvcc/responses.js';
 import { Errors, MAX_TXN_OPS } from '../../../shared/errors.js';
 import { num, bigint } from '../../../shared/proto/index.js';
+import { leaseExists } from '../../../shared/mvcc/leases.js';
 import { applyPut, applyDelete, applyCompaction, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
 
 /* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
@@ -165,7 +166,7 @@ export class Executor {
 
   put(r: PutRequest): { response: Buffer; entry?: WalEntry } {
     checkPutRequest(r);
-    if (bigint(r.lease) !== 0n) throw Errors.leaseNotFound; // leases arrive with the Lease service
+    this.checkLease(r.lease);
     this.begin();
     const prev = this.db.kv.get(buf(r.key));
     if ((r.ignoreValue || r.ignoreLease) && !prev) throw Errors.keyNotFound;
@@ -261,7 +262,16 @@ export class Executor {
     const p = op.requestPut;
     if (!p) return;
     if ((p.ignoreValue || p.ignoreLease) && !this.db.kv.get(buf(p.key))) throw Errors.keyNotFound;
-    if (bigint(p.lease) !== 0n) throw Errors.leaseNotFound;
+    this.checkLease(p.lease);
+  }
+
+  /**
+   * A put may name only a granted lease. As etcd, one that has expired but is not revoked yet
+   * still counts: its revocation (due at once) deletes the key with the lease's others.
+   */
+  private checkLease(lease: Int64): void {
+    const id = bigint(lease);
+    if (id !== 0n && !leaseExists(this.db, id)) throw Errors.leaseNotFound;
   }
 
   private checkRange(op: RequestOp): void {
@@ -306,6 +316,27 @@ export class Executor {
         }
       });
     }
+  }
+
+  /**
+   * Deletes `keys` (those live) in ONE new revision, in the given order; a lease revocation
+   * uses it. Returns the entry (undefined when nothing was live) and the revision after it.
+   */
+  deleteKeys(keys: readonly Buffer[]): { entry?: WalEntry; revision: number } {
+    this.begin();
+    const rev = this.beginRev + 1;
+    for (const key of keys) {
+      if (!this.db.kv.doesExist(key)) continue;
+      const tombstone = applyDelete(this.db, key, rev, this.mutations.length);
+      this.mutations.push({ type: MUTATION_DELETE, kv: tombstone });
+    }
+    const entry = this.end();
+    return { entry, revision: this.revision };
+  }
+
+  /** A response header at the current revision. */
+  currentHeader(): R.Header {
+    return this.header(this.revision);
   }
 
   compact(r: CompactionRequest): { response: Buffer; entry?: WalEntry } {

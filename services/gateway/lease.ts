@@ -1,0 +1,58 @@
+// etcdserverpb.Lease. Grant and revoke are writes (the storage Write stream, through the WAL);
+// keep-alives, time-to-live and the lease list go to storage's Lease stream, answered from its
+// live deadlines without a WAL write. Requests travel as the client's bytes, and storage's
+// encoded answers come back as they are.
+import * as grpc from '@grpc/grpc-js';
+import { service } from '../../shared/proto/index.js';
+import type { StorageLink } from './storage-client.js';
+import { forward, toServiceError } from './kv.js';
+import { Op } from '../storage/engine.js';
+
+const RAW = ['LeaseGrant', 'LeaseRevoke', 'LeaseKeepAlive', 'LeaseTimeToLive', 'LeaseLeases'];
+
+/** `writes` is the link on storage's Write stream, `leases` the one on its Lease stream. */
+export function leaseService(writes: StorageLink, leases: StorageLink) {
+  const def = service('etcdserverpb.Lease', { rawRequests: RAW });
+  const impl = {
+    LeaseGrant: forward(writes, Op.LEASE_GRANT),
+    LeaseRevoke: forward(writes, Op.LEASE_REVOKE),
+    LeaseTimeToLive: forward(leases, Op.LEASE_TIME_TO_LIVE),
+    LeaseLeases: forward(leases, Op.LEASE_LEASES),
+    LeaseKeepAlive: keepAlive(leases),
+  };
+  return { def, impl };
+}
+
+/**
+ * One client stream of keep-alives: every request is sent on at once, and the answers go back
+ * in request order (as etcd answers them one by one). A failure ends the stream with its
+ * status, as etcd does; clients open a new one.
+ */
+function keepAlive(leases: StorageLink) {
+  return (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+    let last: Promise<unknown> = Promise.resolve();
+    let failed = false;
+    call.on('data', (body: Buffer) => {
+      const answer = leases.call(Op.LEASE_KEEPALIVE, body);
+      answer.catch(() => {}); // handled in order below
+      last = last.then(async () => {
+        if (failed) return;
+        try {
+          const res = await answer;
+          if (!call.destroyed && call.writable) call.write(res);
+        } catch (err) {
+          failed = true;
+          call.emit('error', toServiceError(err));
+        }
+      });
+    });
+    call.on('end', () => {
+      void last.then(() => {
+        if (!failed) call.end();
+      });
+    });
+    call.on('error', () => {
+      failed = true;
+    });
+  };
+}
