@@ -8,6 +8,7 @@ import { decodeKeyValue } from '../../shared/mvcc/keyvalue.js';
 import { createLogger } from '../../shared/log.js';
 import { encode, decode, num } from '../../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from './engine.js';
+import { dump } from './mvcc/dump.js';
 
 const log = createLogger('test', 'silent');
 
@@ -66,4 +67,72 @@ test('an undecodable request fails alone; the other writes of its batch succeed'
   assert.match(r2.message, /error unmarshalling request/);
   assert.equal(r3.code, 0);
   assert.equal(engine.executor.revision, 3);
+});
+
+test('leases: grants, attached keys, expiry and revokes go through the WAL; keep-alives do not; replay rebuilds the tables', async (t) => {
+  const dir = tempDir(t);
+  let clock = 1_000_000;
+  const now = () => clock;
+  let engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log, { now });
+  const lease = (op: number, type: string, req: object) =>
+    new Promise<WriteResult>((resolve) => engine.lessor.call(op, encode(type, req), resolve));
+  const keepAlive = async (id: bigint | number) =>
+    num(decode<any>('etcdserverpb.LeaseKeepAliveResponse', (await lease(Op.LEASE_KEEPALIVE, 'etcdserverpb.LeaseKeepAliveRequest', { ID: id.toString() })).body!).TTL);
+  const timeToLive = async (id: bigint | number) =>
+    decode<any>('etcdserverpb.LeaseTimeToLiveResponse', (await lease(Op.LEASE_TIME_TO_LIVE, 'etcdserverpb.LeaseTimeToLiveRequest', { ID: id.toString(), keys: true })).body!);
+  const grant = async (ID: number, TTL: number) => {
+    const r = await submit(engine, Op.LEASE_GRANT, 'etcdserverpb.LeaseGrantRequest', { ID, TTL });
+    assert.equal(r.code, 0, r.message);
+    const res = decode<any>('etcdserverpb.LeaseGrantResponse', r.body!);
+    return { id: BigInt(res.ID.toString()), ttl: num(res.TTL) };
+  };
+  const putWith = (key: string, id: bigint) =>
+    submit(engine, Op.PUT, 'etcdserverpb.PutRequest', { key: Buffer.from(key), value: Buffer.from('v'), lease: id.toString() });
+
+  const a = await grant(100, 5);
+  const b = await grant(0, 0);
+  assert.equal(b.ttl, 2, 'a TTL of 0 is raised to the minimum');
+  assert.ok(b.id > 0n);
+  assert.equal((await submit(engine, Op.LEASE_GRANT, 'etcdserverpb.LeaseGrantRequest', { ID: 100, TTL: 5 })).message, 'etcdserver: lease already exists');
+  for (const k of ['a1', 'a2']) assert.equal((await putWith(k, a.id)).code, 0);
+  assert.equal((await putWith('b1', b.id)).code, 0);
+  assert.equal((await putWith('x', 999n)).message, 'etcdserver: requested lease not found');
+
+  const index = engine.wal.lastIndex;
+  clock += 4000;
+  assert.equal(await keepAlive(a.id), 5);
+  assert.equal(await keepAlive(12345), 0, 'an unknown lease answers TTL 0');
+  assert.equal(engine.wal.lastIndex, index, 'keep-alives write nothing');
+  assert.equal(num((await timeToLive(a.id)).TTL), 5);
+  assert.equal(num((await timeToLive(12345)).TTL), -1);
+
+  // b (TTL 2) expired 2 s ago; a was renewed. Expiry revokes b alone, in one revision.
+  const rev = engine.executor.revision;
+  assert.equal(engine.lessor.revokeExpired(), 1);
+  assert.equal(await keepAlive(b.id), 0, 'a keep-alive of an expired lease waits for its revocation');
+  assert.equal(engine.executor.revision, rev + 1);
+  assert.equal(engine.db.kv.get(Buffer.from('b1')), undefined);
+  assert.deepEqual((await timeToLive(a.id)).keys.map(String), ['a1', 'a2']);
+
+  const c = await grant(300, 10);
+  await putWith('c1', c.id);
+  const revoked = await submit(engine, Op.LEASE_REVOKE, 'etcdserverpb.LeaseRevokeRequest', { ID: 300 });
+  assert.equal(revoked.code, 0);
+  assert.equal(num(decode<any>('etcdserverpb.LeaseRevokeResponse', revoked.body!).header.revision), engine.executor.revision);
+  assert.equal((await submit(engine, Op.LEASE_REVOKE, 'etcdserverpb.LeaseRevokeRequest', { ID: 300 })).message, 'etcdserver: requested lease not found');
+
+  const before = dump(engine.db);
+  await engine.close();
+  fs.rmSync(path.join(dir, 'db'), { recursive: true });
+  clock += 60_000;
+  engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log, { now });
+  t.after(() => engine.close());
+  assert.deepEqual(dump(engine.db), before, 'replaying the WAL rebuilds every table, the lease tables too');
+  // After a restart every lease runs its full TTL from now (etcd's bound on a new leader).
+  assert.equal(num((await timeToLive(a.id)).TTL), 5);
+  assert.equal(engine.lessor.count, 1);
+  clock += 5001;
+  assert.equal(engine.lessor.revokeExpired(), 1);
+  assert.equal(await keepAlive(a.id), 0);
+  assert.equal(engine.db.kv.get(Buffer.from('a1')), undefined);
 });

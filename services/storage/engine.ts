@@ -51,15 +51,19 @@ export class Engine {
     readonly db: MvccDb,
     readonly wal: Wal,
     private readonly log: Logger,
+    now?: () => number,
   ) {
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
-    this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done));
+    this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), now);
     this.index = readMeta(db, META.appliedIndex);
   }
 
-  /** Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. */
-  static open(db: MvccDb, dataDir: string, log: Logger): Engine {
+  /**
+   * Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. `now` is
+   * the clock of lease deadlines (tests move it).
+   */
+  static open(db: MvccDb, dataDir: string, log: Logger, opts: { now?: () => number } = {}): Engine {
     const wal = Wal.open(path.join(dataDir, 'wal'), {
       log: (msg, fields) => log.warn(fields ?? {}, msg),
     });
@@ -84,7 +88,7 @@ export class Engine {
       if (wal.lastIndex === 0n) wal.resetTo(BigInt(applied));
       else throw new Error(`WAL in ${wal.dir} ends at index ${wal.lastIndex} but the database has applied ${applied}: the WAL is from another database; move it away or restore the data directory`);
     }
-    const engine = new Engine(db, wal, log);
+    const engine = new Engine(db, wal, log, opts.now);
     log.info({ replayed, revision: engine.executor.revision, appliedIndex: engine.index }, replayed ? 'replayed WAL' : 'storage opened');
     return engine;
   }

@@ -9,6 +9,8 @@ import { range, type RangeParams } from '../../../shared/mvcc/range.js';
 import { decode, num } from '../../../shared/proto/index.js';
 import { Executor } from './execute.js';
 import { applyEntry, type WalEntry } from './apply.js';
+import { dump } from './dump.js';
+import { Lessor } from '../lease/lessor.js';
 
 const id = { clusterId: '1', memberId: '2', raftTerm: 1 };
 
@@ -30,16 +32,6 @@ const all = (over: Partial<RangeParams> = {}): RangeParams => ({
   keysOnly: false, countOnly: false, minModRevision: 0, maxModRevision: 0, minCreateRevision: 0, maxCreateRevision: 0, ...over,
 });
 
-/** Every table's contents, for comparing two databases. */
-function dump(db: MvccDb): string[] {
-  const out: string[] = [];
-  for (const { key, value } of db.kv.getRange({})) out.push(`kv ${key.toString('hex')} ${value.toString('hex')}`);
-  for (const { key, value } of db.history.getRange({})) out.push(`h ${key.toString('hex')} ${value.toString('hex')}`);
-  for (const { key, value } of db.keyrevs.getRange({})) out.push(`r ${key.toString('hex')} ${value.toString('hex')}`);
-  for (const k of ['revision', 'compactRevision', 'compactedThrough']) out.push(`m ${k} ${db.meta.get(k)}`);
-  return out;
-}
-
 test('replaying the WAL entries of a history rebuilds the identical database', (t) => {
   const live = tempDb(t);
   const replica = tempDb(t);
@@ -58,6 +50,30 @@ test('replaying the WAL entries of a history rebuilds the identical database', (
   }));
   run(() => ex.compact({ revision: 15, physical: true }));
   for (let i = 0; i < 5; i++) run(() => ex.put(put(`k${i}`, `w${i}`)));
+  // Leases: keys attached by put and txn put, moved to another lease, detached by a put
+  // without one and by a delete, kept by ignore_lease; a revoke deletes the rest.
+  const lessor = new Lessor(live, ex, id.memberId, () => {});
+  run(() => lessor.grant({ ID: 7, TTL: 60 }));
+  run(() => lessor.grant({ ID: 8, TTL: 0 }));
+  run(() => lessor.grant({ ID: 0, TTL: 30 }));
+  for (const k of ['la', 'lb', 'lc', 'ld', 'le']) run(() => ex.put({ ...put(k, 'x'), lease: 7 }));
+  run(() => ex.txn({ compare: [], success: [{ requestPut: { ...put('lf', 'y'), lease: 7 } }], failure: [] }));
+  run(() => ex.put({ ...put('lb', 'z'), lease: 8 }));
+  run(() => ex.put(put('lc', 'no lease')));
+  run(() => ex.put({ ...put('ld', ''), ignoreValue: true, ignoreLease: true }));
+  run(() => ex.deleteRange({ key: b('le'), rangeEnd: new Uint8Array(0), prevKv: false }));
+  assert.deepEqual(
+    [...live.leasekeys.getRange({})].map(({ value }) => value.toString()),
+    ['la', 'ld', 'lf', 'lb'],
+    'lease 7 holds la, ld, lf; lease 8 holds lb',
+  );
+  const before = ex.revision;
+  run(() => lessor.revoke({ ID: 7 }));
+  assert.equal(ex.revision, before + 1, 'a revoke deletes all its keys in one revision');
+  run(() => lessor.revoke({ ID: 8 }));
+  assert.deepEqual([...live.leasekeys.getRange({})], []);
+  assert.equal(live.kv.get(b('la')), undefined);
+  assert.ok(live.kv.get(b('lc')));
 
   replica.env.transactionSync(() => entries.forEach((e, i) => applyEntry(replica, e, i + 1)));
   live.env.transactionSync(() => live.meta.putSync('appliedIndex', entries.length));
