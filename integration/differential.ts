@@ -11,7 +11,9 @@ import protobuf from 'protobufjs';
 import { root, service } from '../shared/proto/index.js';
 import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
 
-export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact';
+export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;
+/** Lease methods; LeaseKeepAlive is sent as one request on a fresh stream. */
+export type LeaseMethod = 'LeaseGrant' | 'LeaseRevoke' | 'LeaseTimeToLive' | 'LeaseLeases' | 'LeaseKeepAlive';
 
 /** A call's result: the decoded response, or the gRPC error (code and message text). */
 export type Outcome = { ok: Plain } | { error: { code: number; details: string } };
@@ -24,6 +26,12 @@ const HEADER = 'etcdserverpb.ResponseHeader';
 const IDENTITY_FIELDS = new Set(['clusterId', 'memberId', 'raftTerm']);
 
 const KV = 'etcdserverpb.KV';
+export const LEASE = 'etcdserverpb.Lease';
+
+/** The service of a `Method`. */
+function serviceOf(method: Method): string {
+  return method.startsWith('Lease') ? LEASE : KV;
+}
 
 /** Request and response types of a method of `serviceName` (KV unless told). */
 function methodTypes(method: string, serviceName = KV): { req: protobuf.Type; res: protobuf.Type } {
@@ -100,6 +108,21 @@ export class Endpoint {
     return c;
   }
 
+  /** One LeaseKeepAlive request on a fresh stream, and its first answer. */
+  keepAlive(msg: protobuf.Message): Promise<Outcome> {
+    const { res } = methodTypes('LeaseKeepAlive', LEASE);
+    const lease = this.client(LEASE) as unknown as Record<string, (o: grpc.CallOptions) => grpc.ClientDuplexStream<unknown, unknown>>;
+    return new Promise((resolve) => {
+      const stream = lease.LeaseKeepAlive!({ deadline: Date.now() + 10_000 });
+      stream.once('data', (out) => {
+        resolve({ ok: plain(res, out as Record<string, unknown>) });
+        stream.end();
+      });
+      stream.on('error', (err: grpc.ServiceError) => resolve({ error: { code: err.code, details: err.details } }));
+      stream.write(msg);
+    });
+  }
+
   /** A unary call to `method` of `serviceName` (KV unless told). */
   call(method: string, msg: protobuf.Message, serviceName = KV): Promise<Outcome> {
     const { res } = methodTypes(method, serviceName);
@@ -136,14 +159,14 @@ export class Differ {
   /** Sends `req` to `method` of `serviceName` on both and returns both outcomes, unchecked. */
   async both(serviceName: string, method: string, req: object): Promise<{ etcd: Outcome; kvs: Outcome }> {
     const msg = encodeRequest(method, req, serviceName);
-    const [etcd, kvs] = await Promise.all([this.etcd.call(method, msg, serviceName), this.kvs.call(method, msg, serviceName)]);
+    const send = (e: Endpoint) => (method === 'LeaseKeepAlive' ? e.keepAlive(msg) : e.call(method, msg, serviceName));
+    const [etcd, kvs] = await Promise.all([send(this.etcd), send(this.kvs)]);
     return { etcd, kvs };
   }
 
   /** Sends `req` to both; asserts the outcomes are equal; returns etcd's. */
   async same(method: Method, req: object, context = ''): Promise<Outcome> {
-    const msg = encodeRequest(method, req);
-    const [want, got] = await Promise.all([this.etcd.call(method, msg), this.kvs.call(method, msg)]);
+    const { etcd: want, kvs: got } = await this.both(serviceOf(method), method, req);
     try {
       assert.deepStrictEqual(got, want);
     } catch (err) {
