@@ -169,6 +169,62 @@ test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
     await ok(['get', '', '--from-key', '-w', 'json']);
   });
 
+  await t.test('lease grant, put --lease, keep-alive --once, timetolive --keys, list, revoke', async () => {
+    // etcdctl 3.4 cannot choose a lease id: each server picks its own, and the outputs are
+    // compared with it (hex in text, decimal in JSON) replaced; the remaining TTL depends on
+    // the clock and etcd lists attached keys in map order, so those are normalised too.
+    const ids = { kvs: '', etcd: '' };
+    const remaining: number[] = [];
+    const mask = (r: CmdResult, id: string): CmdResult => {
+      const dec = id ? BigInt(`0x${id}`).toString() : '';
+      const f = (text: string) =>
+        text
+          .split('\n')
+          .map((line) => {
+            if (id) line = line.split(id).join('<lease>');
+            if (dec && line.startsWith('{')) line = line.split(dec).join('"<lease>"');
+            const m = /remaining\((-?\d+)s\)/.exec(line);
+            if (m) remaining.push(Number(m[1]));
+            return line
+              .replace(/remaining\(-?\d+s\)/, 'remaining(<n>s)')
+              .replace(/keys\(\[(.*)\]\)/, (_, ks: string) => `keys([${ks.split(' ').sort().join(' ')}])`);
+          })
+          .join('\n');
+      return { ...r, stdout: f(r.stdout), stderr: f(r.stderr) };
+    };
+    const withLease = async (args: (id: string) => string[]) => {
+      const [k, e] = await Promise.all([etcdctl(kvs.endpoint, args(ids.kvs)), etcdctl(etcd.endpoint, args(ids.etcd))]);
+      const label = args('<lease>').join(' ');
+      assert.deepEqual(normalise(mask(k, ids.kvs), kvs.endpoint), normalise(mask(e, ids.etcd), etcd.endpoint), `etcdctl ${label}\n--- kvs:\n${k.stdout}${k.stderr}\n--- etcd:\n${e.stdout}${e.stderr}`);
+      return k;
+    };
+    const [k, e] = await Promise.all([etcdctl(kvs.endpoint, ['lease', 'grant', '100']), etcdctl(etcd.endpoint, ['lease', 'grant', '100'])]);
+    const granted = /^lease ([0-9a-f]{16}) granted with TTL\(100s\)\n$/;
+    ids.kvs = granted.exec(k.stdout)?.[1] ?? assert.fail(`kvs: ${k.stdout}${k.stderr}`);
+    ids.etcd = granted.exec(e.stdout)?.[1] ?? assert.fail(`etcd: ${e.stdout}${e.stderr}`);
+
+    assert.equal((await withLease((id) => ['put', `--lease=${id}`, 'leased/a', '1'])).stdout, 'OK\n');
+    await withLease((id) => ['put', `--lease=${id}`, 'leased/b', '2']);
+    await withLease(() => ['get', 'leased/', '--prefix', '-w', 'json']);
+    assert.equal((await withLease((id) => ['lease', 'keep-alive', '--once', id])).stdout, `lease ${ids.kvs} keepalived with TTL(100)\n`);
+    const ttl = await withLease((id) => ['lease', 'timetolive', '--keys', id]);
+    assert.match(ttl.stdout, /granted with TTL\(100s\), remaining\(\d+s\), attached keys\(\[leased\/[ab] leased\/[ab]\]\)/);
+    await withLease((id) => ['lease', 'timetolive', id]);
+    assert.ok(remaining.every((n) => n >= 90 && n <= 100), `remaining TTLs ${remaining}`);
+    assert.equal((await withLease(() => ['lease', 'list'])).stdout, `found 1 leases\n${ids.kvs}\n`);
+    assert.equal((await withLease((id) => ['lease', 'revoke', id])).stdout, `lease ${ids.kvs} revoked\n`);
+    await withLease(() => ['get', 'leased/', '--prefix', '-w', 'json']);
+    assert.equal((await withLease((id) => ['lease', 'timetolive', id])).stdout, `lease ${ids.kvs} already expired\n`);
+    for (const args of [(id: string) => ['lease', 'revoke', id], (id: string) => ['lease', 'keep-alive', '--once', id], () => ['put', '--lease=1234', 'k', 'v']]) {
+      const r = await withLease(args);
+      assert.notEqual(r.exitCode, 0);
+      assert.match(lastError(r), /etcdserver: requested lease not found/);
+    }
+    const tooLarge = await same(['lease', 'grant', '9000000001']);
+    assert.equal(lastError(tooLarge.kvs), 'Error: failed to grant lease (etcdserver: too large lease TTL)');
+    await withLease(() => ['lease', 'list']);
+  });
+
   await t.test('endpoint status, endpoint health, member list, alarm list', async () => {
     await ok(['endpoint', 'status', '-w', 'json']);
     await ok(['endpoint', 'health']);
