@@ -488,3 +488,20 @@ export function client(t: Ctx, endpoint: string): Etcd3 {
   onCleanup(t, () => c.close());
   return c;
 }
+
+/**
+ * Polls `probe` (25 ms, backing off to 500 ms) until it returns a value other than undefined,
+ * and returns it; fails after `deadlineMs` with `what`. For state that changes on a timer of the
+ * server (e.g. lease expiry), where there is no event to await.
+ */
+export async function pollUntil<T>(what: string, probe: () => Promise<T | undefined>, deadlineMs = 60_000): Promise<T> {
+  const deadline = Date.now() + deadlineMs;
+  let delay = 25;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`gave up after ${deadlineMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(delay * 2, 500);
+  }
+}
