@@ -36,3 +36,15 @@ export const MAX_REQUEST_BYTES = 1.5 * 1024 * 1024;
 export const GRPC_OVERHEAD_BYTES = 512 * 1024;
 /** etcd's default --max-txn-ops. */
 export const MAX_TXN_OPS = 128;
+
+/**
+ * Decodes a client's request bytes (forwarded undecoded by the gateway). Bytes that do not
+ * decode fail with gRPC's unmarshalling error, INTERNAL, as etcd's do.
+ */
+export function decodeRequest<T>(decode: (body: Uint8Array) => T, body: Uint8Array): T {
+  try {
+    return decode(body);
+  } catch (err) {
+    throw new EtcdError(status.INTERNAL, `grpc: error unmarshalling request: ${(err as Error).message}`);
+  }
+}

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../shared/mvcc/schema.js';
-import { EtcdError, MAX_REQUEST_BYTES, Errors } from '../../shared/errors.js';
+import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../shared/errors.js';
 import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
 import { Wal } from './wal/log.js';
@@ -149,13 +149,7 @@ export class Engine {
     // The gateway forwards the client's bytes undecoded. A body that does not decode fails
     // alone, with gRPC's unmarshalling error (INTERNAL, as etcd): nothing has been written for
     // it yet, so it must not abort the batch it shares with other clients' writes.
-    const request = <T>(typeName: string): T => {
-      try {
-        return decode<T>(typeName, body);
-      } catch (err) {
-        throw new EtcdError(status.INTERNAL, `grpc: error unmarshalling request: ${(err as Error).message}`);
-      }
-    };
+    const request = <T>(typeName: string): T => decodeRequest((b) => decode<T>(typeName, b), body);
     switch (op) {
       case Op.PUT:
         return this.executor.put(request('etcdserverpb.PutRequest'));

@@ -6,7 +6,7 @@
 import { status } from '@grpc/grpc-js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { MAX_LEASE_TTL, MIN_LEASE_TTL, allLeases, leaseExists, leaseKeys } from '../../../shared/mvcc/leases.js';
-import { EtcdError, Errors } from '../../../shared/errors.js';
+import { EtcdError, Errors, decodeRequest } from '../../../shared/errors.js';
 import { decode, encode, bigint, num, int64, type Long } from '../../../shared/proto/index.js';
 import type { Executor } from '../mvcc/execute.js';
 import type { WalEntry } from '../mvcc/apply.js';
@@ -129,13 +129,7 @@ export class Lessor {
 
   /** Answers LEASE_KEEPALIVE, LEASE_TIME_TO_LIVE and LEASE_LEASES. */
   call(op: number, body: Uint8Array, answer: Answer): void {
-    const request = <T>(typeName: string): T => {
-      try {
-        return decode<T>(typeName, body);
-      } catch (err) {
-        throw new EtcdError(status.INTERNAL, `grpc: error unmarshalling request: ${(err as Error).message}`);
-      }
-    };
+    const request = <T>(typeName: string): T => decodeRequest((b) => decode<T>(typeName, b), body);
     try {
       switch (op) {
         case LeaseOp.KEEPALIVE:
