@@ -9,8 +9,8 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startKvs } from './harness.js';
-import { etcdctlSideBySide, lastError, parseJson } from './etcdctl-compare.js';
+import { etcdctl, startEtcd, startKvs, type CmdResult } from './harness.js';
+import { etcdctlSideBySide, lastError, normalise, parseJson } from './etcdctl-compare.js';
 
 test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
   const [kvs, etcd] = await Promise.all([startKvs(t), startEtcd(t)]);
