@@ -183,6 +183,10 @@ test('bad input on the client port: kvs keeps serving, data intact, answers as e
       '/etcdserverpb.KV/Txn',
       '/etcdserverpb.Maintenance/Status',
       '/etcdserverpb.Cluster/MemberList',
+      '/etcdserverpb.Lease/LeaseGrant',
+      '/etcdserverpb.Lease/LeaseRevoke',
+      '/etcdserverpb.Lease/LeaseTimeToLive',
+      '/etcdserverpb.Lease/LeaseLeases',
     ];
     for (const path of methods) {
       for (const [what, body] of bodies) {
@@ -224,9 +228,12 @@ test('bad input on the client port: kvs keeps serving, data intact, answers as e
       '/etcdserverpb.KV/Put': encode('etcdserverpb.PutRequest', { key: Buffer.from('fuzz/key'), value: Buffer.from('a value, 0123456789'), prevKv: true }),
       '/etcdserverpb.Maintenance/Status': Buffer.alloc(0),
       '/etcdserverpb.Cluster/MemberList': Buffer.alloc(0),
+      '/etcdserverpb.Lease/LeaseGrant': encode('etcdserverpb.LeaseGrantRequest', { TTL: 30, ID: 77 }),
+      '/etcdserverpb.Lease/LeaseTimeToLive': encode('etcdserverpb.LeaseTimeToLiveRequest', { ID: 77, keys: true }),
+      '/etcdserverpb.Lease/LeaseLeases': Buffer.alloc(0),
     };
     const methods = Object.keys(valid);
-    const allowed = new Set([grpc.status.OK, grpc.status.INTERNAL, grpc.status.INVALID_ARGUMENT, grpc.status.OUT_OF_RANGE, grpc.status.NOT_FOUND]);
+    const allowed = new Set([grpc.status.OK, grpc.status.INTERNAL, grpc.status.INVALID_ARGUMENT, grpc.status.OUT_OF_RANGE, grpc.status.NOT_FOUND, grpc.status.FAILED_PRECONDITION]);
     const seen = new Map<string, number>();
     const mutate = (b: Buffer): Buffer => {
       const m = Buffer.from(b);

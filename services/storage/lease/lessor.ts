@@ -137,6 +137,7 @@ export class Lessor {
         case LeaseOp.TIME_TO_LIVE:
           return answer({ body: this.timeToLive(request('etcdserverpb.LeaseTimeToLiveRequest')), code: 0, message: '' });
         case LeaseOp.LEASES:
+          request('etcdserverpb.LeaseLeasesRequest'); // an empty message, but it must decode
           return answer({ body: this.leases(), code: 0, message: '' });
         default:
           throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown lease operation ${op}`);
