@@ -304,6 +304,32 @@ function looksLikePortClash(output: string): boolean {
   return /address already in use|EADDRINUSE/i.test(output);
 }
 
+// ---------------------------------------------------------------- other servers
+
+export interface ServerProcess {
+  pid: number;
+  /** Last 64 KiB of its stdout+stderr. */
+  output(): string;
+  /** Resolves when the process exits. */
+  exited: Promise<ExitInfo>;
+  /** `signal` (default SIGTERM), wait up to `graceMs` (10 s), then SIGKILL. Idempotent. */
+  stop(signal?: NodeJS.Signals, graceMs?: number): Promise<ExitInfo>;
+}
+
+/** Start a long-running helper process (in the foreground), stopped when `t` finishes. */
+export async function startProcess(t: Ctx, cmd: string, args: string[], opts: { env?: Record<string, string> } = {}): Promise<ServerProcess> {
+  const out = new TailBuffer(64 * 1024);
+  const proc = await launch(cmd, args, { env: cleanEnv(opts.env, () => false), detached: false, out });
+  const stop = (signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000) => terminate(proc, signal, graceMs);
+  onCleanup(t, () => stop());
+  return { pid: proc.pid, output: () => out.toString(), exited: proc.exited, stop };
+}
+
+/** Run a command to completion (no shell); never throws on a non-zero exit. */
+export function runCommand(file: string, args: string[], opts: CmdOptions = {}): Promise<CmdResult> {
+  return run(file, args, { ...opts, env: cleanEnv(opts.env, () => false) });
+}
+
 // ---------------------------------------------------------------- etcd
 
 export interface EtcdNode {

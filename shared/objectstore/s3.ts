@@ -35,6 +35,10 @@ export interface S3StoreOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+// The SDK warns on every process start that its 2027 releases will need Node 22; that line
+// would land in every kvs command's stderr. The SDK's own switch silences it.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 const DELETE_BATCH = 1000; // DeleteObjects' limit
 const CONDITIONAL_ATTEMPTS = 5;
 
