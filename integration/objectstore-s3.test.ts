@@ -10,8 +10,6 @@ import { startS3Server } from './s3-server.js';
 
 const s3 = await startS3Server(fileScope);
 const bucket = await s3.createBucket();
-// The store reads KVS_S3_* from the environment, as kvs does.
-Object.assign(process.env, s3.env);
 
 objectStoreContract('S3 (Ceph RGW)', () => ({ options: (prefix) => s3.storeOptions(bucket, prefix), env: s3.env }));
 objectStoreContract('encrypted S3 (Ceph RGW)', () => {

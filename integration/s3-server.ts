@@ -183,7 +183,7 @@ export async function startS3Server(t: Ctx): Promise<S3TestServer> {
       }
       return name;
     },
-    storeOptions: (bucket, prefix, encryptionKey) => ({ endpoint, bucket, prefix, encryptionKey }),
+    storeOptions: (bucket, prefix, encryptionKey) => ({ endpoint, bucket, prefix, encryptionKey, credentials: { accessKeyId, secretAccessKey } }),
     kvsArgs: (bucket, prefix) => ['--s3-endpoint', endpoint, '--s3-bucket', bucket, '--s3-prefix', prefix],
     async stopGateway() {
       await rgw?.stop();

@@ -5,6 +5,7 @@ import { RUN_FLAGS, resolveConfig, socketPath, type Config } from '../shared/con
 import { service } from '../shared/proto/index.js';
 import { VERSION } from '../shared/version.js';
 import { Supervisor, COMPONENTS } from './supervisor.js';
+import { registerObjectStoreCommands } from './commands/cli.js';
 
 const prog = sade('kvs').version(VERSION.kvs);
 
@@ -121,5 +122,7 @@ prog
       fail(err);
     }
   });
+
+registerObjectStoreCommands(prog, config, fail);
 
 prog.parse(process.argv);

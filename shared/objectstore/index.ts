@@ -16,6 +16,8 @@ export interface ObjectStoreOptions {
   prefix: string;
   /** The 32-byte AES-256 key of the prefix, when its bodies are encrypted. */
   encryptionKey?: Buffer;
+  /** S3 only: explicit credentials instead of KVS_S3_* and the SDK's chain (tests, embedding). */
+  credentials?: { accessKeyId: string; secretAccessKey: string };
 }
 
 export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectStore> {
@@ -27,7 +29,7 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
     raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix });
   } else if (url.protocol === 'http:' || url.protocol === 'https:') {
     const { S3ObjectStore } = await import('./s3.js');
-    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix });
+    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials });
   } else {
     throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
   }

@@ -32,6 +32,7 @@ export interface S3StoreOptions {
   endpoint?: string;
   bucket: string;
   prefix: string;
+  credentials?: { accessKeyId: string; secretAccessKey: string };
   env?: NodeJS.ProcessEnv;
 }
 
@@ -80,7 +81,9 @@ export class S3ObjectStore implements ObjectStore {
     };
     // KVS_S3_* take precedence; otherwise the SDK's standard chain (environment, shared
     // files, instance profile, web identity).
-    if (env.KVS_S3_ACCESS_KEY_ID && env.KVS_S3_SECRET_ACCESS_KEY) {
+    if (opts.credentials) {
+      config.credentials = opts.credentials;
+    } else if (env.KVS_S3_ACCESS_KEY_ID && env.KVS_S3_SECRET_ACCESS_KEY) {
       config.credentials = { accessKeyId: env.KVS_S3_ACCESS_KEY_ID, secretAccessKey: env.KVS_S3_SECRET_ACCESS_KEY };
     } else if (env.KVS_S3_ACCESS_KEY_ID || env.KVS_S3_SECRET_ACCESS_KEY) {
       throw new Error('set both KVS_S3_ACCESS_KEY_ID and KVS_S3_SECRET_ACCESS_KEY, or neither');
