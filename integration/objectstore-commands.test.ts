@@ -146,6 +146,19 @@ test('gc never deletes a checkpoint a branch pins, nor its SSTs; after unfork it
   store.close();
 });
 
+test("gc on a branch prefix keeps the branch's own pieces of checkpoints that also name source pieces", async () => {
+  const { store, flags } = await freshPrefix();
+  const [c1, , c3] = await history(store);
+  // The newest checkpoint of a branch: one piece from the source prefix, one of its own.
+  const m = JSON.parse((await store.get(c3!))!.body.toString()) as CheckpointManifest;
+  m.source_prefix = 'source/';
+  await store.put(c3!, Buffer.from(JSON.stringify(m)));
+  assert.equal(ok(await kvs(['gc', ...flags, '--keep', '1'])), 'deleted checkpoints: 2\ndeleted orphan SSTs: 2\ndeleted WAL segments: 3\n');
+  assert.ok(!(await keys(store, 'checkpoint/')).includes(c1!));
+  assert.deepEqual((await keys(store, 'sst/')).sort(), [sha('c'), sha('d')].map(sstKey).sort());
+  store.close();
+});
+
 test('branch fork defaults to the latest checkpoint, repeats harmlessly, and refuses what it cannot pin', async () => {
   const { store, flags } = await freshPrefix();
   failed(await kvs(['branch', 'fork', ...flags, '--branch-id', 'x']), /no checkpoint in .*this prefix has none yet/);

@@ -39,9 +39,12 @@ export interface GcResult {
 
 const BATCH = 1000;
 
+/**
+ * Every piece a checkpoint names. A branch's checkpoints may name pieces that live in its
+ * source prefix; counting those as referenced here too is harmless (a same-named piece here
+ * has the same content) and keeps a mixed manifest's own pieces safe.
+ */
 function pieces(m: CheckpointManifest): string[] {
-  // A branch's first checkpoint keeps its pieces in the source prefix: none of them are ours.
-  if (m.source_prefix) return [];
   return [...(m.sst_files ?? []), ...(m.pebble_meta ?? [])].map((r) => r.key);
 }
 
