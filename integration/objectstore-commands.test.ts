@@ -2,80 +2,26 @@
 // its own process), over object-store prefixes laid out by hand with the layout helpers: on
 // the local directory store, and on S3 (a real Ceph RGW).
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openObjectStore, type ObjectStore } from '../shared/objectstore/index.js';
 import { objectPath } from '../shared/objectstore/local.js';
-import { MANIFEST_LATEST, checkpointKey, sstKey, walKey, type CheckpointManifest, type Latest } from '../shared/objectstore/layout.js';
-import { KVS_BIN, fileScope, runCommand, tempDir, type CmdResult } from './harness.js';
+import { sstKey, walKey, type CheckpointManifest } from '../shared/objectstore/layout.js';
+import { fileScope, tempDir } from './harness.js';
+import { failed, history, keys, kvs, ok, sha, writeCheckpoint, writeLatest } from './objectstore-fixtures.js';
 import { startS3Server } from './s3-server.js';
 
 const root = await tempDir(fileScope, 'kvs-objects-cmd-');
 const endpoint = pathToFileURL(root).href;
 let seq = 0;
 
-function kvs(args: string[], env: Record<string, string> = {}): Promise<CmdResult> {
-  return runCommand(process.execPath, [KVS_BIN, ...args], { env, timeoutMs: 60_000 });
-}
-
 async function freshPrefix(encryptionKey?: Buffer): Promise<{ store: ObjectStore; flags: string[]; prefix: string }> {
   const prefix = `p${++seq}/`;
   const store = await openObjectStore({ endpoint, bucket: 'b', prefix, encryptionKey });
   return { store, prefix, flags: ['--s3-endpoint', endpoint, '--s3-bucket', 'b', '--s3-prefix', prefix] };
-}
-
-const sha = (s: string) => createHash('sha256').update(s).digest('hex');
-
-/** A checkpoint whose pieces are the named SSTs (uploaded here too). */
-async function writeCheckpoint(store: ObjectStore, term: number, revision: number, ssts: string[]): Promise<string> {
-  for (const s of ssts) await store.put(sstKey(sha(s)), Buffer.from(s));
-  const m: CheckpointManifest = {
-    format: 'kvs-lmdb/1',
-    revision,
-    term,
-    appliedIndex: revision,
-    compactRevision: 0,
-    createdAt: new Date().toISOString(),
-    sst_files: ssts.map((s) => ({ key: sstKey(sha(s)), size: s.length })),
-    pebble_meta: [],
-  };
-  const key = checkpointKey(term, revision);
-  await store.put(key, Buffer.from(JSON.stringify(m)));
-  return key;
-}
-
-async function writeLatest(store: ObjectStore, key: string, term: number, revision: number): Promise<void> {
-  const latest: Latest = { checkpoint: key, revision, term, appliedIndex: revision };
-  await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
-}
-
-async function keys(store: ObjectStore, prefix = ''): Promise<string[]> {
-  const out: string[] = [];
-  for await (const o of store.list(prefix)) out.push(o.key);
-  return out;
-}
-
-/** Three checkpoints (revisions 10, 20, 30; SSTs a+b, b+c, c+d), latest at 30, WAL 1..40 in four segments. */
-async function history(store: ObjectStore): Promise<string[]> {
-  const c1 = await writeCheckpoint(store, 1, 10, ['a', 'b']);
-  const c2 = await writeCheckpoint(store, 1, 20, ['b', 'c']);
-  const c3 = await writeCheckpoint(store, 2, 30, ['c', 'd']);
-  await writeLatest(store, c3, 2, 30);
-  for (const [f, l] of [[1, 10], [11, 20], [21, 30], [31, 40]] as const) await store.put(walKey(BigInt(f), BigInt(l)), Buffer.from('wal'));
-  return [c1, c2, c3];
-}
-
-function ok(r: CmdResult): string {
-  assert.equal(r.exitCode, 0, `exit ${r.exitCode}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`);
-  return r.stdout;
-}
-
-function failed(r: CmdResult, message: RegExp): void {
-  assert.notEqual(r.exitCode, 0, `expected a failure, got: ${r.stdout}`);
-  assert.match(r.stderr, message);
 }
 
 test('status: an empty prefix, then one with checkpoints, WAL segments and a branch', async () => {

@@ -83,4 +83,19 @@ export function registerObjectStoreCommands(prog: Prog, config: (opts: Opts) => 
         print(`unforked ${reg.branchId} (was pinning ${reg.checkpoint})\n`);
       }),
     );
+
+  withStoreFlags(
+    prog
+      .command('restore-point')
+      .describe('Record the object versions a restore of the prefix reads now (versioned buckets), for a later point-in-time restore'),
+  )
+    .option('--output', 'File to write the restore point (JSON) to')
+    .example('restore-point --s3-bucket kvs --s3-prefix prod/ --output before-migration.json')
+    .action(
+      withStore(async (store, opts) => {
+        const { writeRestorePoint } = await import('./restore-point.js');
+        const p = await writeRestorePoint(store, opts.output === undefined ? '' : String(opts.output));
+        print(`restore point at revision ${p.revision} (${p.checkpoint}, ${Object.keys(p.objects).length} objects) written to ${opts.output}\n`);
+      }),
+    );
 }
