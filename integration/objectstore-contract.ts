@@ -9,6 +9,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { openObjectStore, PreconditionFailedError, type ObjectStore, type ObjectStoreOptions } from '../shared/objectstore/index.js';
 import { REPO_ROOT } from './harness.js';
+import type { RaceOp } from './objectstore-worker.js';
 
 export interface ContractTarget {
   /** Options for a fresh prefix (the same bucket throughout). */
@@ -41,13 +42,16 @@ async function rejectsPrecondition(p: Promise<unknown>): Promise<void> {
   await assert.rejects(p, (err: unknown) => err instanceof PreconditionFailedError);
 }
 
-/** Runs `n` worker processes that each try the same conditional put at once; returns their outcomes. */
+/**
+ * Runs `n` worker processes that each try the same conditional puts (one per key, in order)
+ * at once; returns, per worker, its body and the keys it won (with the etag it got).
+ */
 export async function raceProcesses(
   target: ContractTarget,
   options: ObjectStoreOptions,
   n: number,
-  op: (i: number) => { key: string; body: string; ifNoneMatch?: '*'; ifMatch?: string },
-): Promise<{ won: boolean; etag?: string; body: string }[]> {
+  op: (i: number) => RaceOp,
+): Promise<{ body: string; won: Record<string, string | false> }[]> {
   const worker = path.join(REPO_ROOT, 'dist', 'integration', 'objectstore-worker.js');
   const opts = JSON.stringify({ ...options, encryptionKey: options.encryptionKey?.toString('hex') });
   const children = Array.from({ length: n }, (_, i) => {
@@ -64,10 +68,10 @@ export async function raceProcesses(
       });
       child.once('exit', (code) => reject(new Error(`worker exited (${code}) before it was ready`)));
     });
-    const done = new Promise<{ won: boolean; etag?: string; body: string }>((resolve, reject) => {
+    const done = new Promise<{ body: string; won: Record<string, string | false> }>((resolve, reject) => {
       child.once('exit', (code) => {
         if (code !== 0) return reject(new Error(`worker exited with ${code}: ${out}`));
-        resolve({ ...JSON.parse(out.split('\n')[1]!), body: o.body });
+        resolve({ body: o.body, won: JSON.parse(out.split('\n')[1]!) });
       });
     });
     done.catch(() => {});
@@ -76,6 +80,17 @@ export async function raceProcesses(
   await Promise.all(children.map((c) => c.ready));
   for (const c of children) c.child.stdin!.end('go\n');
   return Promise.all(children.map((c) => c.done));
+}
+
+/** Every key has exactly one winner, and holds the winner's body and etag. */
+async function assertOneWinnerPerKey(store: ObjectStore, keys: string[], results: { body: string; won: Record<string, string | false> }[]): Promise<void> {
+  for (const key of keys) {
+    const winners = results.filter((r) => r.won[key]);
+    assert.equal(winners.length, 1, `${key}: ${winners.length} winners`);
+    const got = await store.get(key);
+    assert.equal(got?.body.toString(), winners[0]!.body, key);
+    assert.equal(got?.etag, winners[0]!.won[key], key);
+  }
 }
 
 export function objectStoreContract(name: string, target: () => ContractTarget): void {
@@ -209,17 +224,13 @@ export function objectStoreContract(name: string, target: () => ContractTarget):
   test(`${name}: conditional writes racing from separate processes have exactly one winner`, async () => {
     const t = target();
     const { store, options } = await fresh(t);
-    const created = await raceProcesses(t, options, 6, (i) => ({ key: 'leader-lock', body: `node-${i}`, ifNoneMatch: '*' }));
-    const winners = created.filter((r) => r.won);
-    assert.equal(winners.length, 1, JSON.stringify(created));
-    const got = await store.get('leader-lock');
-    assert.equal(got?.body.toString(), winners[0]!.body);
-    assert.equal(got?.etag, winners[0]!.etag);
+    const keys = Array.from({ length: 20 }, (_, i) => `lock/${i}`);
+    const created = await raceProcesses(t, options, 5, (i) => ({ keys, body: `node-${i}`, ifNoneMatch: '*' }));
+    await assertOneWinnerPerKey(store, keys, created);
 
-    const replaced = await raceProcesses(t, options, 6, (i) => ({ key: 'leader-lock', body: `term-${i}`, ifMatch: got!.etag }));
-    const won = replaced.filter((r) => r.won);
-    assert.equal(won.length, 1, JSON.stringify(replaced));
-    assert.equal((await store.get('leader-lock'))?.body.toString(), won[0]!.body);
+    const etags = Object.fromEntries(await Promise.all(keys.map(async (k) => [k, (await store.head(k))!.etag] as const)));
+    const replaced = await raceProcesses(t, options, 5, (i) => ({ keys, body: `term-${i}`, ifMatch: etags }));
+    await assertOneWinnerPerKey(store, keys, replaced);
     store.close();
   });
 
