@@ -10,7 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openObjectStore, type ObjectStore } from '../shared/objectstore/index.js';
 import { objectPath } from '../shared/objectstore/local.js';
 import { sstKey, walKey, type CheckpointManifest } from '../shared/objectstore/layout.js';
-import { fileScope, tempDir } from './harness.js';
+import { KVS_BIN, fileScope, runCommand, tempDir } from './harness.js';
 import { failed, history, keys, kvs, ok, sha, writeCheckpoint, writeLatest } from './objectstore-fixtures.js';
 import { startS3Server } from './s3-server.js';
 
@@ -60,6 +60,19 @@ test('gc --keep 1: old checkpoints, the SSTs only they used, and the WAL the lat
   assert.deepEqual((await keys(store, 'sst/')).sort(), [sha('c'), sha('d'), sha('uploading')].map(sstKey).sort());
   assert.deepEqual(await keys(store, 'wal/'), [walKey(31n, 40n)]);
   assert.equal(ok(await kvs(['gc', ...flags, '--keep', '1'])), 'deleted checkpoints: 0\ndeleted orphan SSTs: 0\ndeleted WAL segments: 0\n');
+  store.close();
+});
+
+test('gc on a terminal shows its progress as a line updated in place', async () => {
+  const { store, flags } = await freshPrefix();
+  await history(store);
+  // script(1) gives the command a pseudo-terminal.
+  const cmd = [process.execPath, KVS_BIN, 'gc', ...flags, '--keep', '1'].map((a) => `'${a}'`).join(' ');
+  const out = ok(await runCommand('/usr/bin/script', ['-qec', cmd, '/dev/null'], { timeoutMs: 60_000 }));
+  assert.match(out, /\rgc: checkpoints 0\/2\x1b\[K\rgc: checkpoints 1\/2\x1b\[K\rgc: checkpoints 2\/2\x1b\[K\r?\n/);
+  assert.match(out, /\rgc: WAL segments 3\/3\x1b\[K\r?\n/);
+  assert.match(out, /deleted checkpoints: 2\r?\ndeleted orphan SSTs: 2\r?\ndeleted WAL segments: 3/);
+  assert.doesNotMatch(out, /"level"/, 'no JSON log lines on a terminal');
   store.close();
 });
 
