@@ -15,7 +15,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import { Etcd3, GRPCUnavailableError, GRPCDeadlineExceededError } from 'etcd3';
 import { noop } from 'cockatiel';
-import { client, onCleanup, startKvs, type KvsNode } from './harness.js';
+import { client, component, onCleanup, startKvs, waitComponent } from './harness.js';
 
 interface Ack {
   key: string;
@@ -159,37 +159,6 @@ async function verify(c: Etcd3, load: Load, extra: string[] = [], prefix = 'load
   const next = await c.put(`${prefix}-after/next`).value('x');
   assert.equal(Number(next.header.revision), current + 1);
   return current;
-}
-
-interface ComponentState {
-  name: string;
-  state: string;
-  pid: number;
-  restarts: number;
-  lastExit: string;
-}
-
-async function status(node: KvsNode): Promise<{ ready: boolean; components: ComponentState[] }> {
-  const r = await node.ctl(['status', '--json']);
-  assert.equal(r.exitCode, 0, `kvs ctl status: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
-
-async function component(node: KvsNode, name: string): Promise<ComponentState> {
-  const c = (await status(node)).components.find((x) => x.name === name);
-  assert.ok(c, `no component ${name} in kvs ctl status`);
-  return c;
-}
-
-/** Polls `kvs ctl status` until `name` satisfies `ok`, or fails after `timeoutMs`. */
-async function waitComponent(node: KvsNode, name: string, ok: (c: ComponentState) => boolean, timeoutMs = 20_000): Promise<ComponentState> {
-  const deadline = Date.now() + timeoutMs;
-  let last: ComponentState | undefined;
-  while (Date.now() < deadline) {
-    last = await component(node, name);
-    if (ok(last)) return last;
-  }
-  assert.fail(`${name} did not reach the expected state within ${timeoutMs} ms; last: ${JSON.stringify(last)}\n${node.output().slice(-4000)}`);
 }
 
 /** The errors a writer may see while a component is down: retryable ones. */

@@ -6,6 +6,7 @@
 // fields (taken byte for byte, latin1), numbers for int64s and names or numbers for enums.
 // Responses come back as plain objects: bytes as latin1 strings, int64s as decimal strings.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { root, service } from '../shared/proto/index.js';
@@ -91,6 +92,10 @@ export function plain(t: protobuf.Type, msg: Record<string, unknown>): Plain {
 
 type GenericClient = grpc.Client & Record<string, (req: unknown, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: unknown) => void) => void>;
 
+const WatchClient = grpc.makeGenericClientConstructor(service('etcdserverpb.Watch'), 'Watch');
+const watchRequest = root.lookupType('etcdserverpb.WatchRequest');
+const watchResponse = root.lookupType('etcdserverpb.WatchResponse');
+
 export class Endpoint {
   /** One client per etcd service, made on first use. */
   private readonly clients = new Map<string, GenericClient>();
@@ -106,6 +111,18 @@ export class Endpoint {
       this.clients.set(serviceName, (c = made));
     }
     return c;
+  }
+
+  /** A new Watch stream; its responses arrive as plain objects in `inbox`. */
+  watch(t: Ctx): ResponseQueue {
+    const client = new WatchClient(this.address, grpc.credentials.createInsecure()) as unknown as Record<string, () => grpc.ClientDuplexStream<unknown, unknown>> & grpc.Client;
+    const call = client.Watch!();
+    const inbox = new ResponseQueue(this.name, call);
+    onCleanup(t, () => {
+      call.cancel();
+      client.close();
+    });
+    return inbox;
   }
 
   /** One LeaseKeepAlive request on a fresh stream, and its first answer. */
@@ -202,6 +219,119 @@ export class Differ {
   del(req: object, context?: string): Promise<Plain> { return this.ok('DeleteRange', req, context); }
   txn(req: object, context?: string): Promise<Plain> { return this.ok('Txn', req, context); }
   compact(req: object, context?: string): Promise<Plain> { return this.ok('Compact', req, context); }
+
+  /** A Watch stream on each server. */
+  watch(t: Ctx): WatchPair {
+    return new WatchPair(this, this.etcd.watch(t), this.kvs.watch(t));
+  }
+}
+
+/** Responses of one Watch stream, taken per watch id in arrival order. */
+export class ResponseQueue {
+  private readonly got: Plain[] = [];
+  private wake: (() => void) | undefined;
+  private ended: string | undefined;
+
+  constructor(readonly name: string, readonly call: grpc.ClientDuplexStream<unknown, unknown>) {
+    call.on('data', (m: unknown) => {
+      this.got.push(plain(watchResponse, m as Record<string, unknown>));
+      this.wake?.();
+    });
+    call.on('error', (err: grpc.ServiceError) => {
+      this.ended = `stream failed: ${err.code} ${err.details}`;
+      this.wake?.();
+    });
+    call.on('end', () => {
+      this.ended ??= 'stream ended';
+      this.wake?.();
+    });
+  }
+
+  send(msg: protobuf.Message): void {
+    this.call.write(msg);
+  }
+
+  /** Responses received and not taken yet. */
+  pending(): Plain[] {
+    return this.got.slice();
+  }
+
+  /**
+   * The next counts[id] responses of each watch id, in arrival order; fails (rather than
+   * hangs) after `timeoutMs`, naming what came.
+   */
+  async take(counts: Record<string, number>, timeoutMs = 30_000): Promise<Record<string, Plain[]>> {
+    const deadline = Date.now() + timeoutMs;
+    const have = (id: string) => this.got.filter((r) => r.watchId === id).length;
+    const missing = () => Object.entries(counts).filter(([id, n]) => have(id) < n);
+    while (missing().length) {
+      const describe = () => `${this.name}: waiting for ${JSON.stringify(Object.fromEntries(missing()))} responses by watch id; have ${JSON.stringify(this.got.map((r) => abbreviate(r)))}`;
+      if (this.ended) throw new Error(`${describe()}; ${this.ended}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`${describe()} after ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+    }
+    const out: Record<string, Plain[]> = {};
+    for (const [id, n] of Object.entries(counts)) {
+      out[id] = [];
+      for (let i = 0; i < this.got.length && out[id]!.length < n; ) {
+        if (this.got[i].watchId === id) out[id]!.push(...this.got.splice(i, 1));
+        else i++;
+      }
+    }
+    return out;
+  }
+}
+
+/** Long strings (large values) as their length and digest, so a difference report stays readable. */
+function abbreviate(v: Plain): Plain {
+  if (typeof v === 'string') return v.length > 1024 ? `<${v.length} bytes, sha1 ${createHash('sha1').update(v, 'latin1').digest('hex')}>` : v;
+  if (Array.isArray(v)) return v.map(abbreviate);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, abbreviate(x)]));
+  return v;
+}
+
+/** The same Watch stream on both servers: requests go to both, responses are compared. */
+export class WatchPair {
+  constructor(private readonly d: Differ, readonly etcd: ResponseQueue, readonly kvs: ResponseQueue) {}
+
+  send(req: object): void {
+    const msg = watchRequest.fromObject(toWire(watchRequest, req as Record<string, unknown>));
+    this.etcd.send(msg);
+    this.kvs.send(msg);
+  }
+
+  /**
+   * The next responses of each watch id (counts: id -> how many), compared between the servers.
+   * Only each watcher's own order is fixed: how different watchers' responses interleave is
+   * not (etcd catches up past-revision watchers 100 ms later, in map order). Returns etcd's.
+   */
+  async expect(counts: Record<string | number, number>, context = ''): Promise<Record<string, Plain[]>> {
+    const c = Object.fromEntries(Object.entries(counts).map(([id, n]) => [String(id), n]));
+    const [want, got] = await Promise.all([this.etcd.take(c), this.kvs.take(c)]);
+    const ab = (x: Record<string, Plain[]>) => Object.fromEntries(Object.entries(x).map(([id, rs]) => [id, rs.map(abbreviate)]));
+    try {
+      assert.deepStrictEqual(ab(got), ab(want));
+    } catch (err) {
+      this.d.differences++;
+      (err as Error).message = `kvs and etcd watch responses differ${context ? ` (${context})` : ''}\n${(err as Error).message}`;
+      throw err;
+    }
+    return want;
+  }
+
+  /** Neither server sent anything not yet taken: call after a response that must come last. */
+  nothingElse(context = ''): void {
+    assert.deepEqual(this.etcd.pending().map(abbreviate), [], `etcd sent more${context ? ` (${context})` : ''}`);
+    assert.deepEqual(this.kvs.pending().map(abbreviate), [], `kvs sent more${context ? ` (${context})` : ''}`);
+  }
 }
 
 /** Starts etcd and kvs (in parallel) for `t`; both are stopped when `t` ends. */

@@ -9,8 +9,8 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startKvs, type CmdResult } from './harness.js';
-import { etcdctlSideBySide, lastError, normalise, parseJson } from './etcdctl-compare.js';
+import { etcdctl, startEtcd, startEtcdctl, startKvs, type CmdResult } from './harness.js';
+import { etcdctlSideBySide, lastError, normalise, normaliseText, parseJson } from './etcdctl-compare.js';
 
 test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
   const [kvs, etcd] = await Promise.all([startKvs(t), startEtcd(t)]);
@@ -266,5 +266,40 @@ test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {
     assert.equal(table.exitCode, 0, table.stderr);
     assert.match(table.stdout, /\| +ENDPOINT +\| +ID +\| +VERSION +\|/);
     assert.ok(table.stdout.includes(`| ${kvs.endpoint} | ${k[1]} |`), table.stdout);
+  });
+
+  await t.test('watch: a key, --prefix, --rev, --prev-kv, -w json, interactive', async () => {
+    // Every watch starts at the next revision (--rev), so it sees the same events on both
+    // servers however long etcdctl takes to connect.
+    const seed = parseJson((await ok(['put', 'watch/seed', '0', '-w', 'json'])).stdout) as { header: { revision: number } };
+    const from = `--rev=${Number(seed.header.revision) + 1}`;
+    const watches = [
+      ['watch', 'watch/a', from],
+      ['watch', 'watch/', '--prefix', from],
+      ['watch', 'watch/', '--prefix', '--prev-kv', from],
+      ['watch', 'watch/a', '-w', 'json', from],
+      ['watch', `--rev=${Number(seed.header.revision) - 1}`, 'watch/seed'],
+      ['watch', '-i'],
+    ];
+    const start = (endpoint: string) => Promise.all(watches.map((args) => startEtcdctl(t, endpoint, args)));
+    const [onKvs, onEtcd] = await Promise.all([start(kvs.endpoint), start(etcd.endpoint)]);
+    for (const p of [onKvs.at(-1)!, onEtcd.at(-1)!]) p.write(`watch ${from} watch/b\nwatch ${from} --prefix watch/\n`);
+
+    await ok(['put', 'watch/a', '1']);
+    await ok(['put', 'watch/b', '2']);
+    await ok(['put', 'watch/a', '3']);
+    await ok(['del', 'watch/', '--prefix']);
+    await ok(['txn'], { input: '\nput watch/a 4\nput watch/c 5\n\n\n' });
+    await ok(['put', 'watch/end', 'x']);
+
+    const lastLines = ['watch/a\n4\n', 'watch/end\nx\n', 'watch/end\nx\n', '"value":"NA=="', 'watch/seed\n0\n', 'watch/end\nx\n'];
+    const both = async (i: number) => {
+      await Promise.all([onKvs[i]!.until((s) => s.includes(lastLines[i]!)), onEtcd[i]!.until((s) => s.includes(lastLines[i]!))]);
+      const [k, e] = await Promise.all([onKvs[i]!.stop(), onEtcd[i]!.stop()]);
+      assert.deepEqual(normaliseText(k.stdout, kvs.endpoint), normaliseText(e.stdout, etcd.endpoint), `etcdctl ${watches[i]!.join(' ')}\n--- kvs:\n${k.stdout}\n--- etcd:\n${e.stdout}`);
+      return k.stdout;
+    };
+    assert.equal(await both(0), 'PUT\nwatch/a\n1\nPUT\nwatch/a\n3\nDELETE\nwatch/a\n\nPUT\nwatch/a\n4\n');
+    for (let i = 1; i < watches.length; i++) await both(i);
   });
 });

@@ -7,6 +7,7 @@
 // closed before the server it talks to is stopped. As a last resort, live children
 // are SIGKILLed on process 'exit' and on SIGINT/SIGTERM/SIGHUP.
 
+import assert from 'node:assert/strict';
 import { etcdArgs, freePorts } from './loopback.js';
 export { freePorts };
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -190,14 +191,14 @@ function cleanEnv(extra: Record<string, string> | undefined, drop: (name: string
 async function launch(
   cmd: string,
   args: string[],
-  opts: { env: Record<string, string>; detached: boolean; out: TailBuffer },
+  opts: { env: Record<string, string>; detached: boolean; out: TailBuffer; stdin?: 'pipe' },
 ): Promise<Proc> {
   installHooks();
   const child = spawn(cmd, args, {
     cwd: REPO_ROOT,
     env: opts.env,
     detached: opts.detached,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [opts.stdin ?? 'ignore', 'pipe', 'pipe'],
   });
   const exited = new Promise<ExitInfo>((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }));
@@ -508,6 +509,64 @@ export function etcdctl(endpoint: string, args: string[], opts: CmdOptions = {})
   return run(ETCDCTL_BIN, [`--endpoints=${endpoint}`, ...args], { ...opts, env });
 }
 
+/** A long-running etcdctl (such as `watch`), read as it prints. */
+export interface EtcdctlProcess {
+  /** stdout so far. */
+  stdout(): string;
+  /** Resolves once stdout satisfies `done`; fails after `timeoutMs`, or if etcdctl exits first. */
+  until(done: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
+  /** Writes to etcdctl's stdin (interactive mode). */
+  write(text: string): void;
+  /** SIGTERM; resolves with everything it printed. */
+  stop(): Promise<CmdResult>;
+}
+
+/** Starts `/usr/bin/etcdctl --endpoints=<endpoint> ...args` in the background; stopped when `t` ends. */
+export async function startEtcdctl(t: Ctx, endpoint: string, args: string[]): Promise<EtcdctlProcess> {
+  const env = cleanEnv({ ETCDCTL_API: '3' }, (k) => k.startsWith('ETCDCTL_'));
+  const out = new TailBuffer(1024 * 1024);
+  const proc = await launch(ETCDCTL_BIN, [`--endpoints=${endpoint}`, ...args], { env, detached: false, out, stdin: 'pipe' });
+  let stdout = '';
+  let stderr = '';
+  let wake: (() => void) | undefined;
+  proc.child.stdout!.on('data', (b: Buffer) => {
+    stdout += b.toString();
+    wake?.();
+  });
+  proc.child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+  void proc.exited.then(() => wake?.());
+  const stop = async (): Promise<CmdResult> => {
+    proc.child.stdin?.end();
+    const info = await terminate(proc, 'SIGTERM', 5_000);
+    await drained(proc);
+    const signo = info.signal ? os.constants.signals[info.signal] : undefined;
+    return { stdout, stderr, exitCode: info.code ?? (signo !== undefined ? 128 + signo : 1), timedOut: false };
+  };
+  onCleanup(t, stop);
+  return {
+    stdout: () => stdout,
+    write: (text) => proc.child.stdin!.write(text),
+    stop,
+    async until(done, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!done(stdout)) {
+        const left = deadline - Date.now();
+        if (proc.exitInfo || left <= 0) {
+          throw new Error(`etcdctl ${args.join(' ')} ${proc.exitInfo ? `exited (${describeExit(proc.exitInfo)})` : `still waiting after ${timeoutMs} ms`}\n--- stdout:\n${stdout}\n--- stderr:\n${stderr}`);
+        }
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, left);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+    },
+  };
+}
+
 /** An etcd3 client for `endpoint` ('127.0.0.1:PORT' or a URL), closed when `t` finishes. */
 export function client(t: Ctx, endpoint: string): Etcd3 {
   const c = new Etcd3({ hosts: /^https?:\/\//.test(endpoint) ? endpoint : `http://${endpoint}` });
@@ -530,4 +589,39 @@ export async function pollUntil<T>(what: string, probe: () => Promise<T | undefi
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 500);
   }
+}
+
+// ---------------------------------------------------------------- component status
+
+export interface ComponentState {
+  name: string;
+  state: string;
+  pid: number;
+  restarts: number;
+  lastExit: string;
+}
+
+/** `kvs ctl status --json` of a node. */
+export async function status(node: KvsNode): Promise<{ ready: boolean; components: ComponentState[] }> {
+  const r = await node.ctl(['status', '--json']);
+  assert.equal(r.exitCode, 0, `kvs ctl status: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+/** One component's entry in `kvs ctl status`. */
+export async function component(node: KvsNode, name: string): Promise<ComponentState> {
+  const c = (await status(node)).components.find((x) => x.name === name);
+  assert.ok(c, `no component ${name} in kvs ctl status`);
+  return c;
+}
+
+/** Polls `kvs ctl status` until `name` satisfies `ok`, or fails after `timeoutMs`. */
+export async function waitComponent(node: KvsNode, name: string, ok: (c: ComponentState) => boolean, timeoutMs = 20_000): Promise<ComponentState> {
+  const deadline = Date.now() + timeoutMs;
+  let last: ComponentState | undefined;
+  while (Date.now() < deadline) {
+    last = await component(node, name);
+    if (ok(last)) return last;
+  }
+  assert.fail(`${name} did not reach the expected state within ${timeoutMs} ms; last: ${JSON.stringify(last)}\n${node.output().slice(-4000)}`);
 }

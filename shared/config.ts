@@ -1,6 +1,7 @@
 // Every flag of `kvs run` (and of the components, which take the same flags), with its
 // KVS_* environment variable. Precedence: command line, then environment, then default.
 import path from 'node:path';
+import { parseDuration } from './duration.js';
 
 export interface FlagSpec {
   flag: string;
@@ -27,6 +28,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('node-id', 'string', 'Node name (shown by member list)', 'default'),
   flag('log-level', 'string', 'Log verbosity: fatal, error, warn, info, debug, trace', 'info'),
   flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
+  flag('watch-progress-notify-interval', 'string', 'Time between progress notifications to idle watchers that asked for them (etcd\'s --experimental-watch-progress-notify-interval)', '10m'),
   flag('s3-bucket', 'string', 'Object-store bucket; with it, WAL segments and checkpoints go to the object store'),
   flag('s3-prefix', 'string', 'Key prefix inside the bucket (ends with /)', ''),
   flag('s3-endpoint', 'string', 'S3-compatible endpoint URL (for AWS: https://s3.<region>.amazonaws.com), or file:///dir for a local directory as the object store', DEFAULT_S3_ENDPOINT),
@@ -42,6 +44,7 @@ export interface Config {
   nodeId: string;
   logLevel: string;
   readConsistency: 'linearizable' | 'serializable';
+  watchProgressNotifyInterval: string;
   s3Bucket?: string;
   s3Prefix: string;
   s3Endpoint?: string;
@@ -74,6 +77,7 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   if (cfg.readConsistency !== 'linearizable' && cfg.readConsistency !== 'serializable') {
     throw new Error(`--read-consistency must be linearizable or serializable, got "${cfg.readConsistency}"`);
   }
+  parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval');
   return cfg;
 }
 

@@ -14,6 +14,10 @@ import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
 import { removeStaleSnapshots } from './snapshot.js';
 import { leaseService } from './lease.js';
+import { parseDuration } from '../../shared/duration.js';
+import { Hub } from './watch/hub.js';
+import { FeedLink } from './watch/feed-link.js';
+import { watchService } from './watch/service.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel);
@@ -22,6 +26,9 @@ export async function runGateway(cfg: Config): Promise<void> {
   removeStaleSnapshots(cfg.dataDir);
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
   const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
+  const hub = new Hub(db, log);
+  const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
+  const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
   const server = new grpc.Server({
     // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
     'grpc.max_receive_message_length': MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
@@ -29,7 +36,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink)]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink), watch]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>
@@ -37,7 +44,9 @@ export async function runGateway(cfg: Config): Promise<void> {
   );
   installLifecycle(log, {
     async stop() {
+      watch.shutdown();
       await shutdown(server, 5000);
+      feed.close();
       link.close();
       leaseLink.close();
       await db.env.close();

@@ -21,7 +21,7 @@ interface Queued {
 }
 interface Result { id: number | { toNumber(): number }; body: Buffer; code: number; message: string }
 
-const StorageClient = grpc.makeGenericClientConstructor(service('kvs.storage.Storage'), 'Storage');
+export const StorageClient = grpc.makeGenericClientConstructor(service('kvs.storage.Storage'), 'Storage');
 
 export class StorageLink {
   private readonly client: grpc.Client & Record<string, any>;

@@ -16,6 +16,7 @@ import type { WalRecord } from './wal/frame.js';
 import { Executor, type Identity } from './mvcc/execute.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
+import { CommitFeed } from './feed.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
@@ -42,6 +43,8 @@ export class Engine {
   readonly executor: Executor;
   readonly identity: Identity;
   readonly lessor: Lessor;
+  /** Committed batches, for watchers (Storage.Feed). */
+  readonly feed = new CommitFeed();
   private queue: Pending[] = [];
   private scheduled = false;
   private closed = false;
@@ -141,6 +144,7 @@ export class Engine {
       return;
     }
     if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
+    this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
   };
 

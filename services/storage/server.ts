@@ -20,7 +20,7 @@ export interface StorageServer {
 
 export function storageServer(engine: Engine, dataDir: string, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
-  const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown>>();
+  const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
   /**
    * One stream of request batches: each request goes to `handle`, and the answers that are
    * ready in one event-loop turn go back in one message.
@@ -60,6 +60,29 @@ export function storageServer(engine: Engine, dataDir: string, log: Logger): Sto
     },
     Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));
+    },
+    Feed(call: grpc.ServerWritableStream<unknown, unknown>) {
+      streams.add(call);
+      // The first message tells where the stream starts; a subscriber that fell behind is
+      // skipped until its buffer drains, then told the current revision (it fills the gap
+      // from LMDB history), so a slow gateway never holds memory or the write path here.
+      const here = () => ({ revision: engine.executor.revision, entries: [] });
+      let lagging = !call.write(here());
+      const unsubscribe = engine.feed.subscribe((batch) => {
+        if (lagging || call.destroyed) return;
+        lagging = !call.write(batch);
+      });
+      call.on('drain', () => {
+        if (!lagging || call.destroyed) return;
+        lagging = !call.write(here());
+      });
+      const done = () => {
+        unsubscribe();
+        streams.delete(call);
+      };
+      call.on('cancelled', done);
+      call.on('close', done);
+      call.on('error', (err) => log.debug({ err }, 'feed stream closed'));
     },
     Status(_call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) {
       let dbSize = 0;

@@ -124,7 +124,7 @@ const PRESENT = Buffer.alloc(0);
  * The version of `key` live at revision `rev`, or undefined if it did not exist then. With
  * `existsOnly` an empty Buffer stands for "exists" and the record is not read.
  */
-function versionAt(db: MvccDb, key: Buffer, rev: number, existsOnly = false): Buffer | undefined {
+export function versionAt(db: MvccDb, key: Buffer, rev: number, existsOnly = false): Buffer | undefined {
   for (const ref of db.keyrevs.getValues(key, { reverse: true })) {
     if (mainOf(ref) > rev) continue;
     if (ref[REVKEY_BYTES] !== EVENT_PUT) return undefined;

@@ -1,0 +1,58 @@
+// The gateway's subscription to storage's committed-entry feed (Storage.Feed), kept open
+// across storage restarts: a broken stream is reopened with a short backoff, and the first
+// message of the new stream tells the hub the store's revision, so a gap is filled from LMDB.
+import * as grpc from '@grpc/grpc-js';
+import { num } from '../../../shared/proto/index.js';
+import { INTERNAL_CHANNEL_OPTIONS } from '../../../shared/grpc/server.js';
+import type { Logger } from '../../../shared/log.js';
+import { StorageClient } from '../storage-client.js';
+import type { Hub } from './hub.js';
+
+interface FeedMessage {
+  revision: number | { high: number; low: number };
+  entries: Uint8Array[];
+}
+
+export class FeedLink {
+  private readonly client: grpc.Client & Record<string, any>;
+  private call: grpc.ClientReadableStream<FeedMessage> | undefined;
+  private retryMs = 20;
+  private closed = false;
+  private connected = false;
+
+  constructor(socket: string, private readonly hub: Hub, private readonly log: Logger) {
+    this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+    this.open();
+  }
+
+  private open(): void {
+    if (this.closed) return;
+    const call = this.client.Feed({}) as grpc.ClientReadableStream<FeedMessage>;
+    this.call = call;
+    call.on('data', (m: FeedMessage) => {
+      if (!this.connected) {
+        this.connected = true;
+        this.retryMs = 20;
+        this.log.debug({ revision: num(m.revision as number) }, 'watch feed connected');
+      }
+      this.hub.onFeed(num(m.revision as number), m.entries ?? []);
+    });
+    const broken = (err?: Error) => {
+      if (this.call !== call) return;
+      this.call = undefined;
+      if (this.connected) this.log.warn({ err: err?.message }, 'lost the watch feed from storage; reconnecting');
+      this.connected = false;
+      if (this.closed) return;
+      setTimeout(() => this.open(), this.retryMs).unref();
+      this.retryMs = Math.min(this.retryMs * 2, 500);
+    };
+    call.on('error', broken);
+    call.on('end', () => broken());
+  }
+
+  close(): void {
+    this.closed = true;
+    this.call?.cancel();
+    this.client.close();
+  }
+}

@@ -1,0 +1,30 @@
+// Committed-entry feed: after each group commit the engine publishes the batch's WAL records
+// (encoded kvs.storage.WalEntry) to every subscriber (the gateways' watch hubs, through the
+// Storage.Feed rpc). Publishing never blocks the write path: a subscriber that cannot keep up
+// is skipped, and learns of the gap from the next batch's revision.
+import type { WalRecord } from './wal/frame.js';
+
+export interface FeedBatch {
+  /** The store's revision once the batch is applied. */
+  revision: number;
+  /** Encoded WalEntry payloads, in commit order. */
+  entries: Uint8Array[];
+}
+
+export type FeedSubscriber = (batch: FeedBatch) => void;
+
+export class CommitFeed {
+  private readonly subscribers = new Set<FeedSubscriber>();
+
+  subscribe(fn: FeedSubscriber): () => void {
+    this.subscribers.add(fn);
+    return () => this.subscribers.delete(fn);
+  }
+
+  /** Called by the engine once per committed batch, before callers are answered. */
+  publish(records: readonly WalRecord[], revision: number): void {
+    if (this.subscribers.size === 0 || records.length === 0) return;
+    const batch: FeedBatch = { revision, entries: records.map((r) => r.payload) };
+    for (const fn of this.subscribers) fn(batch);
+  }
+}
