@@ -196,6 +196,21 @@ test('kvs answers Watch as etcd 3.4 does', { timeout: 240_000 }, async (t) => {
     w.nothingElse();
   });
 
+  await t.test('a lease revoke: its keys deleted in one revision', async () => {
+    const p = fresh('lease');
+    const id = 7001;
+    await d.ok('LeaseGrant', { ID: id, TTL: 60 });
+    await d.put({ key: `${p}a`, value: '1', lease: id });
+    await d.put({ key: `${p}b`, value: '2', lease: id });
+    const w = d.watch(t);
+    w.send({ createRequest: { key: p, rangeEnd: prefixEnd(p), prevKv: true } });
+    await w.expect({ 0: 1 });
+    await d.ok('LeaseRevoke', { ID: id });
+    const got = await w.expect({ 0: 1 }, 'one response, two deletes');
+    assert.equal(got['0']![0].events.length, 2);
+    w.nothingElse();
+  });
+
   await t.test('compaction: a start revision below it is cancelled', async () => {
     const p = fresh('compact');
     const first = rev(await d.put({ key: `${p}a`, value: '1' }));

@@ -13,6 +13,7 @@ import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { changeOf, compactRevision, currentRevision, readHistory, type Change } from '../../../shared/mvcc/history.js';
 import { decodeEntry } from '../../storage/engine.js';
 import type { Logger } from '../../../shared/log.js';
+import { MAX_REQUEST_BYTES } from '../../../shared/errors.js';
 import { contains, type KeyRange } from './key-range.js';
 import { WatcherIndex, type IndexCounts } from './watcher-index.js';
 
@@ -35,11 +36,13 @@ export interface Subscriber {
 /** etcd's watchBatchMaxRevs: revisions per catch-up response. */
 const MAX_REVISIONS_PER_BATCH = 1000;
 /**
- * Event bytes per catch-up response (at revision boundaries). etcd has no such cap; without it a
- * watcher of large values that fell behind gets responses beyond a client's receive limit
- * (4 MiB by default in grpc-js clients such as etcd3).
+ * Event bytes after which a catch-up response takes no further revision. etcd has no such cap;
+ * without it a watcher of large values that fell behind gets responses beyond a client's
+ * receive limit (4 MiB by default in grpc-js clients such as etcd3). With one revision at most
+ * a request's 1.5 MiB, responses stay near 3 MiB, and a fragmenting watcher still sees etcd's
+ * fragments.
  */
-const MAX_BATCH_BYTES = 1024 * 1024;
+const MAX_BATCH_BYTES = MAX_REQUEST_BYTES;
 /** Changes read from history per sync pass (the event loop stays responsive). */
 const MAX_CHANGES_PER_PASS = 10_000;
 /** Unsynced watchers served per pass (etcd's maxWatchersPerSync). */
