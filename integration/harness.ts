@@ -391,6 +391,25 @@ export interface KvsOptions {
   env?: Record<string, string>;
   /** Use this data dir (caller owns it) instead of a fresh temp dir. */
   dataDir?: string;
+  /** Run with an object store (adds --s3-endpoint, --s3-bucket, --s3-prefix). */
+  objectStore?: ObjectStoreSpec;
+}
+
+/** Where a node keeps its objects: a `file://` directory, or an S3 endpoint. */
+export interface ObjectStoreSpec {
+  endpoint: string;
+  bucket: string;
+  prefix: string;
+}
+
+/** A fresh local-directory object store (file://), removed when `t` finishes. */
+export async function localObjectStore(t: Ctx, prefix = 'node/'): Promise<ObjectStoreSpec & { root: string }> {
+  const root = await tempDir(t, 'kvs-objects-');
+  return { root, endpoint: `file://${root}`, bucket: 'kvs-test', prefix };
+}
+
+export function objectStoreArgs(s: ObjectStoreSpec): string[] {
+  return ['--s3-endpoint', s.endpoint, '--s3-bucket', s.bucket, '--s3-prefix', s.prefix];
 }
 
 export interface KvsNode {
@@ -426,7 +445,7 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
       if (retryOnPortClash) port = await freePort();
       const p = await launch(
         process.execPath,
-        [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, ...(opts.args ?? [])],
+        [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, ...(opts.objectStore ? objectStoreArgs(opts.objectStore) : []), ...(opts.args ?? [])],
         { env, detached: true, out },
       );
       proc = p;
@@ -599,6 +618,8 @@ export interface ComponentState {
   pid: number;
   restarts: number;
   lastExit: string;
+  /** What the component reports doing (e.g. the archiver's upload position). */
+  detail: string;
 }
 
 /** `kvs ctl status --json` of a node. */

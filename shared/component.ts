@@ -12,6 +12,11 @@ export function signalReady(info: Record<string, unknown> = {}): void {
   process.send?.({ type: 'ready', ...info });
 }
 
+/** What the component is doing, shown by `kvs ctl status` (e.g. restore progress). */
+export function reportState(detail: string): void {
+  process.send?.({ type: 'detail', detail });
+}
+
 export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   let stopping = false;
   const stop = async (why: string) => {

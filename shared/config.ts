@@ -36,6 +36,8 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('object-store-encryption-key-env', 'string', 'Name of an environment variable holding the key (same encodings)'),
   flag('wal-sync-upload', 'boolean', 'Upload each write batch to the object store before acknowledging it', 'true'),
   flag('checkpoint-interval', 'string', 'Time between checkpoints uploaded to the object store (e.g. 15m, 30s)', '15m'),
+  flag('branch-prefix', 'string', 'Source prefix of a branch (same bucket); the first boot starts from its checkpoint'),
+  flag('branch-checkpoint', 'string', 'Source checkpoint key of a branch (from `kvs branch fork`); used on the first boot only'),
 ];
 
 export interface Config {
@@ -52,6 +54,8 @@ export interface Config {
   objectStoreEncryptionKeyEnv?: string;
   walSyncUpload: boolean;
   checkpointInterval: string;
+  branchPrefix?: string;
+  branchCheckpoint?: string;
 }
 
 function camel(flag: string): string {

@@ -50,11 +50,15 @@ withRunFlags(
           return await (await import('../services/storage/main.js')).runStorage(cfg);
         case 'gateway':
           return await (await import('../services/gateway/main.js')).runGateway(cfg);
+        case 'archiver':
+          return await (await import('../services/archiver/main.js')).runArchiver(cfg);
         default:
           fail(`unknown component "${name}"; components: ${COMPONENTS.join(', ')}`);
       }
     } catch (err) {
-      process.stderr.write(`kvs ${name}: ${(err as Error).stack ?? err}\n`);
+      // A startup failure's message says what to do; anything else gets its stack.
+      const e = err as Error;
+      process.stderr.write(`kvs ${name}: ${e.name === 'StartupError' ? e.message : (e.stack ?? e)}\n`);
       process.exit(1);
     }
   });
@@ -80,7 +84,7 @@ function ctlCall(opts: Record<string, unknown>, method: string, req: object): Pr
 
 prog
   .command('ctl <action> [component]')
-  .describe('Talk to a running node: `status` lists its components, `restart <component>` restarts one')
+  .describe('Talk to a running node: `status` lists its components, `restart <component>` restarts one, `checkpoint` writes a checkpoint now')
   .option('--data-dir', 'Data directory of the node (env KVS_DATA_DIR, default ./kvs-data)')
   .option('--json', 'Print JSON')
   .example('ctl status --data-dir ./kvs-data')
@@ -92,14 +96,17 @@ prog
         if (opts.json) return void process.stdout.write(JSON.stringify(res) + '\n');
         process.stdout.write(`node ${res.ready ? 'ready' : 'not ready'}, clients on ${res.listen}, supervisor pid ${res.supervisorPid}\n`);
         for (const c of res.components) {
-          process.stdout.write(`${c.name.padEnd(10)} ${c.state.padEnd(10)} pid ${String(c.pid || '-').padEnd(8)} restarts ${c.restarts}${c.lastExit ? `  last exit: ${c.lastExit}` : ''}\n`);
+          process.stdout.write(`${c.name.padEnd(10)} ${c.state.padEnd(10)} pid ${String(c.pid || '-').padEnd(8)} restarts ${c.restarts}${c.lastExit ? `  last exit: ${c.lastExit}` : ''}${c.detail ? `  (${c.detail})` : ''}\n`);
         }
       } else if (action === 'restart') {
         if (!component) fail(`restart needs a component: ${COMPONENTS.join(', ')}`);
         const res = await ctlCall(opts, 'Restart', { component });
         process.stdout.write(`${res.component.name} restarted: pid ${res.component.pid}, state ${res.component.state}\n`);
+      } else if (action === 'checkpoint') {
+        const res = await archiverCheckpoint(config(opts));
+        process.stdout.write(res.unchanged ? `no change since ${res.key}\n` : `checkpoint ${res.key}: ${res.pieces} pieces, ${res.uploadedPieces} uploaded\n`);
       } else {
-        fail(`unknown ctl action "${action}"; actions: status, restart`);
+        fail(`unknown ctl action "${action}"; actions: status, restart, checkpoint`);
       }
     } catch (err) {
       fail(err);
@@ -118,6 +125,31 @@ prog
       const dataDir = config(opts).dataDir;
       const r = await restoreSnapshot({ file, dataDir, skipHashCheck: opts['skip-hash-check'] === true });
       process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+/** `kvs ctl checkpoint`: asks the node's archiver directly (run/archiver.sock). */
+function archiverCheckpoint(cfg: Config): Promise<any> {
+  const Ctor = grpc.makeGenericClientConstructor(service('kvs.archiver.Archiver'), 'Archiver');
+  const client = new Ctor(`unix:${socketPath(cfg.dataDir, 'archiver')}`, grpc.credentials.createInsecure()) as any;
+  return new Promise((resolve, reject) => {
+    client.Checkpoint({}, { deadline: Date.now() + 600_000 }, (err: grpc.ServiceError | null, res: unknown) => {
+      client.close();
+      if (!err) return resolve(res);
+      if (err.code === grpc.status.UNAVAILABLE && /connect|No connection/i.test(err.details)) {
+        reject(new Error(`no archiver answers on ${socketPath(cfg.dataDir, 'archiver')} (is the node running with --s3-bucket?)`));
+      } else reject(new Error(err.details || err.message));
+    });
+  });
+}
+
+withRunFlags(prog.command('restore').describe('Restore a data directory from the object store (latest checkpoint and uploaded WAL), without starting a node'))
+  .example('restore --data-dir ./restored --s3-bucket kvs --s3-prefix prod/')
+  .action(async (opts: Record<string, unknown>) => {
+    try {
+      process.stdout.write(await (await import('../services/archiver/restore-command.js')).restoreCommand(config(opts)));
     } catch (err) {
       fail(err);
     }

@@ -22,6 +22,8 @@ export class Component {
   restarts = 0;
   startedAt = 0;
   lastExit = '';
+  /** What the component last said it is doing (reportState), cleared when it exits. */
+  detail = '';
   private child: ResultPromise | undefined;
   private exits: number[] = [];
   private backoffMs = BACKOFF_START_MS;
@@ -61,7 +63,10 @@ export class Component {
     this.child = child;
     this.pid = child.pid ?? 0;
     child.on('message', (msg: unknown) => {
-      if ((msg as { type?: string })?.type !== 'ready' || this.child !== child) return;
+      if (this.child !== child) return;
+      const m = msg as { type?: string; detail?: string };
+      if (m?.type === 'detail') this.detail = String(m.detail ?? '');
+      if (m?.type !== 'ready') return;
       this.state = 'ready';
       this.log.info({ child: this.name, childPid: this.pid }, `${this.name} ready`);
       for (const w of this.readyWaiters.splice(0)) w.resolve();
@@ -74,6 +79,7 @@ export class Component {
     if (this.child !== child) return;
     this.child = undefined;
     this.pid = 0;
+    this.detail = '';
     this.lastExit = signal ? `signal ${signal}` : `code ${code ?? '?'}`;
     const wasReady = this.state === 'ready';
     if (!this.wanted || this.state === 'stopping') {

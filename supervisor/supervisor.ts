@@ -10,8 +10,11 @@ import { service } from '../shared/proto/index.js';
 import { bindUnix, shutdown } from '../shared/grpc/server.js';
 import { Component } from './component.js';
 
-/** Start order; stop order is the reverse. */
-export const COMPONENTS = ['storage', 'gateway'] as const;
+/**
+ * Start order; stop order is the reverse. The archiver (only with an object store) comes
+ * first: it restores the data directory before storage opens it, and storage uploads through it.
+ */
+export const COMPONENTS = ['archiver', 'storage', 'gateway'] as const;
 
 export class Supervisor {
   readonly components: Component[];
@@ -23,7 +26,7 @@ export class Supervisor {
   constructor(private readonly cfg: Config) {
     this.log = createLogger('supervisor', cfg.logLevel);
     const args = configArgs(cfg);
-    this.components = COMPONENTS.map((name) => new Component(name, args, this.log));
+    this.components = COMPONENTS.filter((name) => name !== 'archiver' || cfg.s3Bucket).map((name) => new Component(name, args, this.log));
   }
 
   get(name: string): Component | undefined {
@@ -62,13 +65,13 @@ export class Supervisor {
 
   private async serveControl(): Promise<void> {
     const server = new grpc.Server();
-    const state = (c: Component) => ({ name: c.name, state: c.state, pid: c.pid, restarts: c.restarts, startedAtMs: c.startedAt, lastExit: c.lastExit });
+    const state = (c: Component) => ({ name: c.name, state: c.state, pid: c.pid, restarts: c.restarts, startedAtMs: c.startedAt, lastExit: c.lastExit, detail: c.detail });
     server.addService(service('kvs.control.Control'), {
       Status: (_call: unknown, cb: grpc.sendUnaryData<unknown>) =>
         cb(null, { components: this.components.map(state), ready: this.ready, listen: this.cfg.listen, supervisorPid: process.pid }),
       Restart: (call: grpc.ServerUnaryCall<{ component: string }, unknown>, cb: grpc.sendUnaryData<unknown>) => {
         const c = this.get(call.request.component);
-        if (!c) return cb({ code: grpc.status.NOT_FOUND, details: `no component "${call.request.component}"; components: ${COMPONENTS.join(', ')}` });
+        if (!c) return cb({ code: grpc.status.NOT_FOUND, details: `no component "${call.request.component}"; components: ${this.components.map((x) => x.name).join(', ')}` });
         this.log.info({ child: c.name }, 'restart requested');
         c.restart().then(
           () => cb(null, { component: state(c) }),

@@ -3,6 +3,12 @@
 // WAL entries with ONE fdatasync, and only then commits LMDB and answers. So readers (the
 // gateway reads LMDB directly) never see a write that is not yet durable, and an acknowledged
 // write is in the WAL, which is replayed after a crash from LMDB's applied index.
+//
+// With synchronous upload to the object store (drainUploading) the batch must also be in the
+// object store before any reader sees it, and a write transaction cannot stay open across the
+// upload: the batch is executed in a transaction that is ABORTED (keeping the responses and
+// WAL entries), appended to the WAL, uploaded, and then applied through the replay path in a
+// second transaction. Requests arriving meanwhile wait for the next drain.
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
@@ -11,8 +17,9 @@ import { META, readMeta } from '../../shared/mvcc/schema.js';
 import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../shared/errors.js';
 import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
-import { Wal } from './wal/log.js';
+import { Wal, type WalOptions } from './wal/log.js';
 import type { WalRecord } from './wal/frame.js';
+import { ABORT } from 'lmdb';
 import { Executor, type Identity } from './mvcc/execute.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
@@ -39,6 +46,20 @@ interface Pending {
 
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
+export interface EngineOptions {
+  /** The WAL, when the caller opened it already (openWal) to upload its tail first. */
+  wal?: Wal;
+  /**
+   * Synchronous upload: resolves once WAL records first..last (`frames`, as written to the
+   * WAL) are in the object store. Rejects only when storage is stopping.
+   */
+  upload?: (first: number, last: number, frames: Buffer) => Promise<void>;
+  /** Sealed WAL segments are kept until this index covers them (uploaded and checkpointed). */
+  archivedThrough?: () => number;
+  /** The clock of lease deadlines (tests move it). */
+  now?: () => number;
+}
+
 export class Engine {
   readonly executor: Executor;
   readonly identity: Identity;
@@ -48,29 +69,45 @@ export class Engine {
   private queue: Pending[] = [];
   private scheduled = false;
   private closed = false;
+  /** A batch is between its WAL append and its LMDB apply (sync upload): drains wait. */
+  private inFlight = false;
+  private flight: Promise<void> | undefined;
+  /** The revision LMDB holds while a batch is in flight (the executor's runs ahead). */
+  private appliedRevision = 0;
   private index: number;
 
   private constructor(
     readonly db: MvccDb,
     readonly wal: Wal,
     private readonly log: Logger,
-    now?: () => number,
+    private readonly opts: EngineOptions,
   ) {
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
-    this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), now);
+    this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
     this.index = readMeta(db, META.appliedIndex);
   }
 
-  /**
-   * Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. `now` is
-   * the clock of lease deadlines (tests move it).
-   */
-  static open(db: MvccDb, dataDir: string, log: Logger, opts: { now?: () => number } = {}): Engine {
-    const wal = Wal.open(path.join(dataDir, 'wal'), {
-      log: (msg, fields) => log.warn(fields ?? {}, msg),
-    });
+  /** The current revision as readers see it: not that of a batch still being uploaded. */
+  get revision(): number {
+    return this.inFlight ? this.appliedRevision : this.executor.revision;
+  }
+
+  /** Opens the WAL of a data directory (cutting a torn tail). */
+  static openWal(dataDir: string, log: Logger, opts: Pick<WalOptions, 'onSeal'> = {}): Wal {
+    return Wal.open(path.join(dataDir, 'wal'), { ...opts, log: (msg, fields) => log.warn(fields ?? {}, msg) });
+  }
+
+  /** Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. */
+  static open(db: MvccDb, dataDir: string, log: Logger, opts: EngineOptions = {}): Engine {
+    const wal = opts.wal ?? Engine.openWal(dataDir, log);
     const applied = readMeta(db, META.appliedIndex);
+    if (!wal.isEmpty && wal.firstIndex > BigInt(applied) + 1n) {
+      throw new Error(
+        `WAL in ${wal.dir} starts at index ${wal.firstIndex} but the database has applied only ${applied}: ` +
+          `records ${applied + 1}..${wal.firstIndex - 1n} are missing; restore the data directory from the object store`,
+      );
+    }
     let replayed = 0;
     // Replay in chunks: one LMDB transaction per 1,000 entries.
     let chunk: WalRecord[] = [];
@@ -91,7 +128,7 @@ export class Engine {
       if (wal.lastIndex === 0n) wal.resetTo(BigInt(applied));
       else throw new Error(`WAL in ${wal.dir} ends at index ${wal.lastIndex} but the database has applied ${applied}: the WAL is from another database; move it away or restore the data directory`);
     }
-    const engine = new Engine(db, wal, log, opts.now);
+    const engine = new Engine(db, wal, log, opts);
     log.info({ replayed, revision: engine.executor.revision, appliedIndex: engine.index }, replayed ? 'replayed WAL' : 'storage opened');
     return engine;
   }
@@ -108,25 +145,22 @@ export class Engine {
 
   private drain = (): void => {
     this.scheduled = false;
+    if (this.inFlight) return; // the batch in flight drains again once it is applied
     const batch = this.queue;
     this.queue = [];
     if (batch.length === 0) return;
+    if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
+    else this.drainLocal(batch);
+  };
+
+  /** No object store to wait for: execute, append to the WAL and commit in one transaction. */
+  private drainLocal(batch: Pending[]): void {
     const results: WriteResult[] = new Array(batch.length);
     const records: WalRecord[] = [];
     let index = this.index;
     try {
       this.db.env.transactionSync(() => {
-        for (let i = 0; i < batch.length; i++) {
-          const p = batch[i];
-          try {
-            const { response, entry } = this.execute(p.op, p.body);
-            if (entry) records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
-            results[i] = { body: response, code: 0, message: '' };
-          } catch (err) {
-            if (!(err instanceof EtcdError)) throw err;
-            results[i] = { code: err.code, message: err.message };
-          }
-        }
+        index = this.executeBatch(batch, results, records, []);
         if (records.length) {
           this.db.meta.putSync(META.appliedIndex, index);
           this.wal.appendSync(records); // fdatasync: the durability point
@@ -134,19 +168,100 @@ export class Engine {
       });
       this.index = index;
     } catch (err) {
-      // Nothing of this batch was committed (LMDB aborted, WAL append rolled back): every
-      // caller learns its write failed, and the counters are re-read.
-      this.executor.reload();
-      this.lessor.reload();
-      this.log.error({ err, batch: batch.length }, 'write batch failed; nothing of it was applied');
-      const message = `kvs: write failed in storage: ${(err as Error).message}`;
-      for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
-      return;
+      return this.failBatch(batch, err);
     }
     if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
     this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
-  };
+  }
+
+  /** Sync upload: execute (aborted), append to the WAL, upload, then apply and answer. */
+  private async drainUploading(batch: Pending[], upload: NonNullable<EngineOptions['upload']>): Promise<void> {
+    const results: WriteResult[] = new Array(batch.length);
+    const records: WalRecord[] = [];
+    const entries: WalEntry[] = [];
+    let index = this.index;
+    let frames: Buffer;
+    const appliedRevision = this.executor.revision;
+    try {
+      this.db.env.transactionSync(() => {
+        index = this.executeBatch(batch, results, records, entries);
+        return ABORT; // nothing visible to readers before it is in the object store
+      });
+      frames = this.wal.appendSync(records); // fdatasync
+    } catch (err) {
+      return this.failBatch(batch, err);
+    }
+    if (records.length === 0) {
+      for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+      return;
+    }
+    this.appliedRevision = appliedRevision;
+    this.inFlight = true;
+    try {
+      await upload(Number(records[0].index), index, frames);
+    } catch (err) {
+      // Storage is stopping. The records are in the local WAL: the next start uploads them,
+      // then applies them. The callers cannot know the outcome.
+      this.inFlight = false;
+      const message = `kvs: storage stopped before the write reached the object store; its outcome is unknown (${(err as Error).message})`;
+      for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
+      return;
+    }
+    try {
+      this.db.env.transactionSync(() => {
+        for (let i = 0; i < entries.length; i++) applyEntry(this.db, entries[i], Number(records[i].index));
+      });
+    } catch (err) {
+      // The records are durable (WAL and object store) but LMDB refused them: later batches
+      // would execute against a state without them. Restart; the replay applies them.
+      this.log.fatal({ err, first: records[0].index, last: index }, 'applying an archived batch to LMDB failed; restarting storage to replay it');
+      process.exit(1);
+    }
+    this.index = index;
+    this.inFlight = false;
+    this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
+    this.feed.publish(records, this.executor.revision);
+    for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+    if (this.queue.length && !this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.drain);
+    }
+  }
+
+  /**
+   * Executes every request of the batch in order inside the caller's write transaction,
+   * filling `results` and the WAL `records` (and their decoded `entries`). Returns the last
+   * WAL index used. A request that fails with an etcd error fails alone.
+   */
+  private executeBatch(batch: Pending[], results: WriteResult[], records: WalRecord[], entries: WalEntry[]): number {
+    let index = this.index;
+    for (let i = 0; i < batch.length; i++) {
+      const p = batch[i];
+      try {
+        const { response, entry } = this.execute(p.op, p.body);
+        if (entry) {
+          records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
+          entries.push(entry);
+        }
+        results[i] = { body: response, code: 0, message: '' };
+      } catch (err) {
+        if (!(err instanceof EtcdError)) throw err;
+        results[i] = { code: err.code, message: err.message };
+      }
+    }
+    return index;
+  }
+
+  /** Nothing of this batch was committed (LMDB aborted, WAL append rolled back). */
+  private failBatch(batch: Pending[], err: unknown): void {
+    // Every caller learns its write failed, and the counters are re-read.
+    this.executor.reload();
+    this.lessor.reload();
+    this.log.error({ err, batch: batch.length }, 'write batch failed; nothing of it was applied');
+    const message = `kvs: write failed in storage: ${(err as Error).message}`;
+    for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
+  }
 
   private execute(op: number, body: Uint8Array): { response: Buffer; entry?: WalEntry } {
     if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
@@ -186,7 +301,9 @@ export class Engine {
   trimWal(): void {
     const sealed = this.wal.sealedSegments();
     if (this.trimming || this.closed || sealed.length === 0) return;
-    const through = BigInt(this.index);
+    // With an object store, a segment also waits until it is uploaded and checkpointed.
+    const archived = this.opts.archivedThrough?.() ?? Infinity;
+    const through = BigInt(Math.min(this.index, archived));
     if (sealed[0].lastIndex > through) return;
     this.trimming = true;
     // lmdb-js's env.sync (mdb_env_sync, forced) is missing from its type declarations.
@@ -203,7 +320,12 @@ export class Engine {
   async close(): Promise<void> {
     this.lessor.stop();
     this.closed = true;
-    if (this.queue.length) this.drain();
+    if (this.opts.upload) {
+      // Nothing new goes to the object store now: queued writes fail without being executed,
+      // and the batch in flight ends (its upload is cancelled by the caller first).
+      for (const p of this.queue.splice(0)) p.done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
+      await this.flight;
+    } else if (this.queue.length) this.drain();
     this.wal.close();
     await this.db.env.close();
   }

@@ -2,22 +2,27 @@
 // apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
 import type { Config } from '../../shared/config.js';
 import { socketPath } from '../../shared/config.js';
-import { createLogger } from '../../shared/log.js';
+import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { installLifecycle, signalReady } from '../../shared/component.js';
-import { Engine } from './engine.js';
+import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
+import { ArchiverLink } from './archiver-link.js';
+import { uploadSegment, uploadWalTail } from './wal-upload.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
   const db = openMvcc(cfg.dataDir, { readOnly: false });
-  const engine = Engine.open(db, cfg.dataDir, log);
+  const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
+  const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
+  const engine = Engine.open(db, cfg.dataDir, log, opts);
   const { server, endStreams } = storageServer(engine, cfg.dataDir, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
-  // An idle segment is sealed after SegmentMaxAge so it can be archived.
-  // Sealed segments are trimmed once LMDB is synced past them (no object store yet).
+  // An idle segment is sealed after SegmentMaxAge so it can be archived. Sealed segments are
+  // trimmed once LMDB is synced past them (and, with an object store, once they are uploaded
+  // and covered by a checkpoint).
   const rotation = setInterval(() => {
     engine.rotateIfDue();
     engine.trimWal();
@@ -27,6 +32,8 @@ export async function runStorage(cfg: Config): Promise<void> {
   installLifecycle(log, {
     async stop() {
       clearInterval(rotation);
+      // Cancels a stalled upload: its batch fails with an unknown outcome (it is in the WAL).
+      link?.close();
       // Finish what is queued, answer it, then end the write streams so the shutdown does not
       // wait for callers that would keep them open forever.
       await engine.close();
@@ -36,4 +43,23 @@ export async function runStorage(cfg: Config): Promise<void> {
   });
   log.info({ socket, revision: engine.executor.revision }, 'storage ready');
   signalReady({ revision: engine.executor.revision });
+}
+
+/**
+ * With an object store: first the archiver's position, then the local WAL it lacks. In sync
+ * mode that tail is uploaded before the replay makes it visible, and every batch is uploaded
+ * before it is applied; in async mode segments are uploaded as they are sealed.
+ */
+async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logger): Promise<EngineOptions> {
+  await link.ready();
+  const archivedThrough = () => link.archivedThrough;
+  if (cfg.walSyncUpload) {
+    const wal = Engine.openWal(cfg.dataDir, log);
+    await uploadWalTail(wal, link, log);
+    return { wal, archivedThrough, upload: (first, last, frames) => link.upload(first, last, () => frames) };
+  }
+  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
+  for (const seg of wal.sealedSegments()) uploadSegment(seg, link, log);
+  wal.seal(); // what a previous run left in the active segment is sealed (onSeal uploads it)
+  return { wal, archivedThrough };
 }

@@ -66,7 +66,7 @@ export function storageServer(engine: Engine, dataDir: string, log: Logger): Sto
       // The first message tells where the stream starts; a subscriber that fell behind is
       // skipped until its buffer drains, then told the current revision (it fills the gap
       // from LMDB history), so a slow gateway never holds memory or the write path here.
-      const here = () => ({ revision: engine.executor.revision, entries: [] });
+      const here = () => ({ revision: engine.revision, entries: [] });
       let lagging = !call.write(here());
       const unsubscribe = engine.feed.subscribe((batch) => {
         if (lagging || call.destroyed) return;
@@ -90,7 +90,7 @@ export function storageServer(engine: Engine, dataDir: string, log: Logger): Sto
         dbSize = statSync(path.join(dbPath(dataDir), 'data.mdb')).size;
       } catch {}
       cb(null, {
-        revision: engine.executor.revision,
+        revision: engine.revision,
         compactRevision: engine.executor.compactRevision,
         clusterId: engine.identity.clusterId,
         memberId: engine.identity.memberId,

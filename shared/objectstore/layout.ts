@@ -59,6 +59,8 @@ export interface SstRef {
   size: number;
   /** Recorded on versioned buckets, for point-in-time restore. */
   versionId?: string;
+  /** Set when the piece lives under another prefix of the bucket (a branch's source). */
+  prefix?: string;
 }
 
 /** checkpoint/<term>/<revision>/manifest.json */

@@ -17,6 +17,7 @@ const FILES = [
   'etcd/v3electionpb/v3election.proto',
   'kvs/storage.proto',
   'kvs/control.proto',
+  'kvs/archiver.proto',
 ];
 
 function load(): protobuf.Root {

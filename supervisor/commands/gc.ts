@@ -18,7 +18,7 @@ import {
 } from '../../shared/objectstore/catalog.js';
 import { SST_PREFIX, type CheckpointManifest } from '../../shared/objectstore/layout.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
-import type { Progress } from './progress.js';
+import type { Progress } from '../../shared/progress.js';
 
 export interface GcOptions {
   /** Newest checkpoints kept; at least 1. */

@@ -153,11 +153,12 @@ export class Wal {
    * rotates if the active segment is full or old. A batch is never split, so a
    * segment may exceed maxSegmentBytes by up to one batch. On any write/sync
    * error the file is cut back, nothing advances, and the error propagates.
+   * Returns the frames written (the archiver uploads the same bytes).
    */
-  appendSync(records: readonly WalRecord[]): void {
+  appendSync(records: readonly WalRecord[]): Buffer {
     this.#checkUsable();
     const n = records.length;
-    if (n === 0) return;
+    if (n === 0) return Buffer.alloc(0);
     const first = records[0]!.index;
     if (this.#positioned) {
       if (first !== this.#lastIndex + 1n) {
@@ -205,6 +206,7 @@ export class Wal {
     act.lastIndex = prev;
     this.#lastIndex = prev;
     this.#positioned = true;
+    return buf;
   }
 
   /** Seals the active segment if it is non-empty and old (>= maxSegmentAgeMs) or full (>= maxSegmentBytes). */

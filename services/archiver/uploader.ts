@@ -1,0 +1,134 @@
+// The archiver's side of the WAL upload stream: chunks arrive in index order and are stored as
+// wal/<first>-<last>.wal, one at a time, each acknowledged once stored. A chunk the object
+// store already holds (storage resending after a reconnect) is acknowledged without a write, so
+// no WAL object is ever written twice; create-if-absent guards the rest. A failing upload is
+// retried with backoff for as long as it takes, and reported to storage meanwhile.
+import type * as grpc from '@grpc/grpc-js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
+import { walKey } from '../../shared/objectstore/layout.js';
+import type { Logger } from '../../shared/log.js';
+import { num } from '../../shared/proto/index.js';
+
+interface WalChunk {
+  firstIndex: unknown;
+  lastIndex: unknown;
+  frames: Buffer;
+}
+
+const BACKOFF_START_MS = 100;
+const BACKOFF_MAX_MS = 5000;
+
+export class WalUploader {
+  /** Every record at or below this is in the object store (WAL objects or the latest checkpoint). */
+  uploadedThrough: number;
+  checkpointIndex: number;
+  readonly stats = { uploads: 0, errors: 0, conflicts: 0 };
+  lastError = '';
+  private stream: grpc.ServerDuplexStream<WalChunk, unknown> | undefined;
+  private chain: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly store: ObjectStore,
+    private readonly log: Logger,
+    position: { uploadedThrough: number; checkpointIndex: number },
+  ) {
+    this.uploadedThrough = position.uploadedThrough;
+    this.checkpointIndex = position.checkpointIndex;
+  }
+
+  /** One storage process at a time: a new stream (storage reconnected) replaces the old one. */
+  serve(call: grpc.ServerDuplexStream<WalChunk, unknown>): void {
+    if (this.stream && this.stream !== call) this.stream.end();
+    this.stream = call;
+    this.report();
+    call.on('data', (c: WalChunk) => {
+      const first = num(c.firstIndex as number);
+      const last = num(c.lastIndex as number);
+      this.chain = this.chain.then(() => this.upload(first, last, c.frames)).then(
+        () => this.report(),
+        (err: Error) => this.log.warn({ err: err.message, first, last }, 'WAL chunk not uploaded'),
+      );
+    });
+    call.on('end', () => call.end());
+    call.on('error', (err) => this.log.debug({ err: err.message }, 'upload stream closed'));
+    call.on('close', () => {
+      if (this.stream === call) this.stream = undefined;
+    });
+  }
+
+  /** Tells storage where things stand (after an upload, a checkpoint, or an error). */
+  report(error = ''): void {
+    const s = this.stream;
+    if (!s || s.destroyed || !s.writable) return;
+    s.write({ uploadedThrough: this.uploadedThrough, checkpointIndex: this.checkpointIndex, error });
+  }
+
+  private async upload(first: number, last: number, frames: Buffer): Promise<void> {
+    if (last <= this.uploadedThrough) return; // resent after a reconnect: already stored
+    if (first > this.uploadedThrough + 1) {
+      // Storage always continues where the object store stands; a hole would lose records.
+      const error = `WAL chunk ${first}..${last} does not follow the uploaded WAL (through ${this.uploadedThrough}); not uploaded`;
+      this.lastError = error;
+      this.log.error({ first, last, uploadedThrough: this.uploadedThrough }, error);
+      this.report(error);
+      return;
+    }
+    const key = walKey(BigInt(first), BigInt(last));
+    const started = Date.now();
+    let backoff = BACKOFF_START_MS;
+    for (;;) {
+      if (this.closed) throw new Error('archiver stopping');
+      try {
+        await this.store.put(key, frames, { ifNoneMatch: '*' });
+        this.stats.uploads++;
+        break;
+      } catch (err) {
+        let error: string;
+        if (err instanceof PreconditionFailedError) {
+          const same = await this.sameObject(key, frames);
+          if (same === true) {
+            this.stats.conflicts++;
+            break;
+          }
+          error =
+            same === false
+              ? `WAL object ${this.store.location}/${key} exists with other content: another node writes to this prefix, or this data directory belongs to another one`
+              : `WAL object ${this.store.location}/${key} exists and could not be read back: ${same}`;
+        } else {
+          error = `uploading ${this.store.location}/${key} failed: ${(err as Error).message}`;
+        }
+        this.stats.errors++;
+        this.lastError = error;
+        this.log.error({ key, retryInMs: backoff, failingForMs: Date.now() - started }, `${error}; retrying (writes wait)`);
+        this.report(error);
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      }
+    }
+    if (this.lastError) {
+      this.log.info({ key, stalledMs: Date.now() - started }, 'WAL upload succeeded again');
+      this.lastError = '';
+    }
+    this.uploadedThrough = last;
+    this.log.debug({ key, bytes: frames.length }, 'WAL uploaded');
+  }
+
+  /** true: the stored object has these bytes; false: other bytes; a string: it could not be read. */
+  private async sameObject(key: string, frames: Buffer): Promise<boolean | string> {
+    try {
+      const got = await this.store.get(key);
+      return got ? got.body.equals(frames) : 'it vanished';
+    } catch (err) {
+      return (err as Error).message;
+    }
+  }
+
+  /** Finishes the upload in progress (or gives up on a retrying one), then stops. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.stream?.end();
+    await this.chain;
+  }
+}

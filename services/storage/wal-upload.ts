@@ -1,0 +1,54 @@
+// What storage sends to the archiver besides the per-batch uploads of sync mode: the local WAL
+// tail the object store does not have yet (after a crash or a restart), and, with
+// --wal-sync-upload=false, each segment as it is sealed.
+import type { Logger } from '../../shared/log.js';
+import type { Wal, SealedSegment } from './wal/log.js';
+import { encodeFrames, type WalRecord } from './wal/frame.js';
+import { readSegment } from './wal/segment.js';
+import type { ArchiverLink } from './archiver-link.js';
+
+/** Records per chunk when the tail is uploaded at startup: bounded objects and messages. */
+const TAIL_CHUNK_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Uploads every local WAL record above the archiver's position, in bounded chunks, and
+ * resolves once all are in the object store. Sync mode runs it before the WAL is replayed into
+ * LMDB, so no reader ever sees a record the object store lacks.
+ */
+export async function uploadWalTail(wal: Wal, link: ArchiverLink, log: Logger): Promise<void> {
+  const from = BigInt(link.uploadedThrough) + 1n;
+  if (wal.lastIndex < from) return;
+  log.info({ from: Number(from), through: Number(wal.lastIndex) }, 'uploading the local WAL the object store does not have yet');
+  const uploads: Promise<void>[] = [];
+  let chunk: WalRecord[] = [];
+  let bytes = 0;
+  const send = () => {
+    const frames = encodeFrames(chunk);
+    uploads.push(link.upload(Number(chunk[0]!.index), Number(chunk[chunk.length - 1]!.index), () => frames));
+    chunk = [];
+    bytes = 0;
+  };
+  for (const rec of wal.readFrom(from)) {
+    // Payloads are views into a per-segment buffer: copy what is kept.
+    chunk.push({ index: rec.index, payload: Buffer.from(rec.payload) });
+    bytes += rec.payload.length + 16;
+    if (bytes >= TAIL_CHUNK_BYTES) send();
+  }
+  if (chunk.length) send();
+  await Promise.all(uploads);
+}
+
+/** Async mode: queues a sealed segment for upload (read from its file when it is sent). */
+export function uploadSegment(seg: SealedSegment, link: ArchiverLink, log: Logger): void {
+  if (seg.lastIndex <= BigInt(link.uploadedThrough)) return;
+  const from = BigInt(link.uploadedThrough) + 1n > seg.firstIndex ? BigInt(link.uploadedThrough) + 1n : seg.firstIndex;
+  const frames = () => {
+    const r = readSegment(seg.path, seg.bytes);
+    if (from === seg.firstIndex) return r.buf;
+    return encodeFrames(r.records.filter((rec) => rec.index >= from));
+  };
+  link.upload(Number(from), Number(seg.lastIndex), frames).then(
+    () => log.debug({ segment: seg.name }, 'WAL segment uploaded'),
+    (err: Error) => log.warn({ segment: seg.name, err: err.message }, 'WAL segment not uploaded before stop; it is uploaded at the next start'),
+  );
+}
