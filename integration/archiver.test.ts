@@ -234,3 +234,26 @@ test('a node that ran without an object store adopts one: its database is checkp
   assert.equal(Object.keys(await nc.getAll().prefix('after/').strings()).length, 50);
   assert.equal((await nc.get('after/49').exec()).header.revision, '101');
 });
+
+test('watchers see each write of the sync upload path once, in order, after it is archived', async (t) => {
+  const objects = await localObjectStore(t);
+  const node = await startKvs(t, { objectStore: objects });
+  const c = client(t, node.endpoint);
+  const watcher = await c.watch().prefix('w/').create();
+  const seen: number[] = [];
+  const all = new Promise<void>((resolve) =>
+    watcher.on('put', (kv) => {
+      seen.push(Number(kv.mod_revision));
+      if (seen.length === 200) resolve();
+    }),
+  );
+  // Concurrent writers: batches of several writes each.
+  await Promise.all(Array.from({ length: 10 }, async (_, w) => {
+    for (let i = 0; i < 20; i++) await c.put(`w/${w}/${i}`).value('x');
+  }));
+  await all;
+  await watcher.cancel();
+  assert.deepEqual(seen, Array.from({ length: 200 }, (_, i) => i + 2));
+  const uploaded = await listWalObjects(await openStore(t, objects));
+  assert.equal(uploaded[uploaded.length - 1]!.last, 200n);
+});
