@@ -146,10 +146,13 @@ function archiverCheckpoint(cfg: Config): Promise<any> {
 }
 
 withRunFlags(prog.command('restore').describe('Restore a data directory from the object store (latest checkpoint and uploaded WAL), without starting a node'))
+  .option('--restore-point', 'Restore the state recorded by `kvs restore-point` in this file (a versioned bucket) instead of the latest')
   .example('restore --data-dir ./restored --s3-bucket kvs --s3-prefix prod/')
+  .example('restore --data-dir ./restored --s3-bucket kvs --s3-prefix prod/ --restore-point before-migration.json')
   .action(async (opts: Record<string, unknown>) => {
     try {
-      process.stdout.write(await (await import('../services/archiver/restore-command.js')).restoreCommand(config(opts)));
+      const restorePoint = opts['restore-point'] === undefined ? undefined : String(opts['restore-point']);
+      process.stdout.write(await (await import('../services/archiver/restore-command.js')).restoreCommand(config(opts), { restorePoint }));
     } catch (err) {
       fail(err);
     }

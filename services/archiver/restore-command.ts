@@ -5,15 +5,18 @@ import { createLogger } from '../../shared/log.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import { dataEntries } from './local-manifest.js';
 import { restoreDataDir, type BranchPoint } from './restore.js';
+import { RestorePointStore, readRestorePointFile } from '../../shared/objectstore/restore-point.js';
 
-export async function restoreCommand(cfg: Config): Promise<string> {
+export async function restoreCommand(cfg: Config, opts: { restorePoint?: string } = {}): Promise<string> {
   const log = createLogger('restore', cfg.logLevel === 'info' ? 'warn' : cfg.logLevel);
   const existing = dataEntries(cfg.dataDir);
   if (existing.length) {
     throw new Error(`data directory ${cfg.dataDir} is not empty (${existing.join(', ')}): kvs restore fills a new or empty directory`);
   }
   const options = objectStoreOptions(cfg);
-  const store = await openObjectStore(options);
+  let store = await openObjectStore(options);
+  // Point-in-time: the same restore, over the versions the restore point recorded.
+  if (opts.restorePoint) store = new RestorePointStore(store, await readRestorePointFile(opts.restorePoint));
   const openPrefix = (prefix: string) => openObjectStore({ ...options, prefix });
   let branch: BranchPoint | undefined;
   try {

@@ -4,6 +4,7 @@
 // the checkpoint. `RestorePointStore` then serves exactly those versions, read-only, so the
 // ordinary restore run over it rebuilds the state of that moment, even after later
 // checkpoints, overwrites and gc (on a versioned bucket a delete only adds a delete marker).
+import { readFile } from 'node:fs/promises';
 import { MANIFEST_LATEST, parseWalKey, type CheckpointManifest, type Latest } from './layout.js';
 import type { GetResult, ObjectInfo, ObjectStore, ObjectVersion, PutResult } from './store.js';
 
@@ -97,6 +98,16 @@ export function parseRestorePoint(text: string, source: string): RestorePoint {
     throw new Error(`${source} is not a kvs restore point (format kvs-restore-point/1 with the version of manifest/latest)`);
   }
   return p;
+}
+
+export async function readRestorePointFile(file: string): Promise<RestorePoint> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read restore point ${file}: ${(err as Error).message}`);
+  }
+  return parseRestorePoint(text, file);
 }
 
 /** A read-only view of `inner` that serves each recorded key at its recorded version, and nothing else. */
