@@ -131,6 +131,7 @@ test('branch fork defaults to the latest checkpoint, repeats harmlessly, and ref
   failed(await kvs(['branch', 'fork', ...flags]), /--branch-id must be/);
   failed(await kvs(['branch', 'unfork', ...flags, '--branch-id', 'nope']), /branch nope is not registered/);
   failed(await kvs(['gc', ...flags, '--keep', '0']), /--keep must be a whole number of at least 1/);
+  failed(await kvs(['gc', ...flags, '--keep', 'two']), /--keep must be a whole number of at least 1 .*got "two"/);
   failed(await kvs(['status', '--s3-endpoint', endpoint]), /--s3-bucket is required/);
   store.close();
 });

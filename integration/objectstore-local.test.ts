@@ -1,7 +1,7 @@
 // The object-store contract against the local directory store, plus what only it has:
 // its on-disk layout keeps every key inside the bucket directory.
 import assert from 'node:assert/strict';
-import { readdir } from 'node:fs/promises';
+import { readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
@@ -63,4 +63,13 @@ test('local store: a prefix without a trailing slash names the same prefix', asy
   assert.equal((await b.get('manifest/latest'))?.body.toString(), 'x');
   a.close();
   b.close();
+});
+
+test('local store: file-system errors name the store, the operation and the key', async (t) => {
+  const dir = await tempDir(t, 'kvs-objects-');
+  await writeFile(path.join(dir, 'b'), 'a file where the bucket directory should be');
+  const store = await openObjectStore({ endpoint: pathToFileURL(dir).href, bucket: 'b', prefix: 'p/' });
+  await assert.rejects(store.put('wal/1', Buffer.from('x')), new RegExp(`^Error: object store file://${dir}/b/p/: put wal/1 failed: ENOTDIR`));
+  assert.equal(await store.get('wal/1'), undefined);
+  store.close();
 });

@@ -188,7 +188,33 @@ export class LocalObjectStore implements ObjectStore {
     return path.join(this.bucketDir, objectPath(this.prefix + key));
   }
 
-  async get(key: string, opts: { versionId?: string } = {}): Promise<GetResult | undefined> {
+  /** File-system errors name the store, the operation and the key; a lost condition stays a PreconditionFailedError. */
+  private async wrap<T>(op: string, key: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof PreconditionFailedError) throw err;
+      throw new Error(`object store ${this.location}: ${op} ${key} failed: ${(err as Error)?.message ?? err}`, { cause: err });
+    }
+  }
+
+  get(key: string, opts: { versionId?: string } = {}): Promise<GetResult | undefined> {
+    return this.wrap('get', key, () => this.getFile(key, opts));
+  }
+
+  head(key: string): Promise<ObjectInfo | undefined> {
+    return this.wrap('head', key, () => this.headFile(key));
+  }
+
+  put(key: string, body: Buffer, opts: PutOptions = {}): Promise<PutResult> {
+    return this.wrap('put', key, () => this.putFile(key, body, opts));
+  }
+
+  delete(key: string): Promise<void> {
+    return this.wrap('delete', key, () => this.deleteFile(key));
+  }
+
+  private async getFile(key: string, opts: { versionId?: string } = {}): Promise<GetResult | undefined> {
     if (opts.versionId !== undefined) return undefined; // no versions here
     let fh;
     try {
@@ -209,7 +235,7 @@ export class LocalObjectStore implements ObjectStore {
     }
   }
 
-  async head(key: string): Promise<ObjectInfo | undefined> {
+  private async headFile(key: string): Promise<ObjectInfo | undefined> {
     try {
       const st = await fs.stat(this.file(key), { bigint: true });
       if (!st.isFile()) return undefined;
@@ -220,7 +246,7 @@ export class LocalObjectStore implements ObjectStore {
     }
   }
 
-  async put(key: string, body: Buffer, opts: PutOptions = {}): Promise<PutResult> {
+  private async putFile(key: string, body: Buffer, opts: PutOptions = {}): Promise<PutResult> {
     const file = this.file(key);
     const dir = path.dirname(file);
     const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
@@ -247,7 +273,7 @@ export class LocalObjectStore implements ObjectStore {
       }
       await withKeyLock(file, async () => {
         if (opts.ifNoneMatch === '*' || opts.ifMatch !== undefined) {
-          const current = await this.head(key);
+          const current = await this.headFile(key);
           if (opts.ifNoneMatch === '*' && current) throw new PreconditionFailedError(key);
           if (opts.ifMatch !== undefined && current?.etag !== opts.ifMatch) throw new PreconditionFailedError(key);
         }
@@ -261,7 +287,7 @@ export class LocalObjectStore implements ObjectStore {
     }
   }
 
-  async delete(key: string): Promise<void> {
+  private async deleteFile(key: string): Promise<void> {
     const file = this.file(key);
     await withKeyLock(file, async () => {
       try {

@@ -53,7 +53,7 @@ export function registerObjectStoreCommands(prog: Prog, config: (opts: Opts) => 
       withStore(async (store, opts) => {
         const { runGc } = await import('./gc.js');
         const { progressReporter } = await import('../../shared/progress.js');
-        const r = await runGc(store, { keep: Number(opts.keep), progress: progressReporter('gc') });
+        const r = await runGc(store, { keep: String(opts.keep), progress: progressReporter('gc') });
         for (const w of r.warnings) process.stderr.write(`kvs gc: warning: ${w}\n`);
         if (opts.json) print(JSON.stringify(r) + '\n');
         else print(`deleted checkpoints: ${r.checkpoints}\ndeleted orphan SSTs: ${r.orphanSsts}\ndeleted WAL segments: ${r.walSegments}\n`);

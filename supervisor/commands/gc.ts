@@ -22,7 +22,7 @@ import type { Progress } from '../../shared/progress.js';
 
 export interface GcOptions {
   /** Newest checkpoints kept; at least 1. */
-  keep: number;
+  keep: number | string;
   /** Unreferenced SSTs younger than this are left alone (default one hour). */
   orphanMinAgeMs?: number;
   now?: Date;
@@ -61,8 +61,9 @@ async function deleteInBatches(store: ObjectStore, keys: string[], phase: string
 }
 
 export async function runGc(store: ObjectStore, opts: GcOptions): Promise<GcResult> {
-  if (!Number.isInteger(opts.keep) || opts.keep < 1) {
-    throw new Error(`--keep must be a whole number of at least 1 (the latest checkpoint is always needed), got ${opts.keep}`);
+  const keep = typeof opts.keep === 'number' ? opts.keep : /^\d+$/.test(opts.keep) ? Number(opts.keep) : NaN;
+  if (!Number.isInteger(keep) || keep < 1) {
+    throw new Error(`--keep must be a whole number of at least 1 (the latest checkpoint is always needed), got "${opts.keep}"`);
   }
   const now = opts.now ?? new Date();
   const orphanMinAgeMs = opts.orphanMinAgeMs ?? 60 * 60 * 1000;
@@ -73,7 +74,7 @@ export async function runGc(store: ObjectStore, opts: GcOptions): Promise<GcResu
   const latest = await readLatest(store);
   const checkpoints = await listCheckpoints(store);
   const branches = await listBranches(store);
-  const retained = new Set(checkpoints.slice(0, opts.keep).map((c) => c.key));
+  const retained = new Set(checkpoints.slice(0, keep).map((c) => c.key));
   if (latest) retained.add(latest.checkpoint);
   const existing = new Set(checkpoints.map((c) => c.key));
   for (const b of branches) {
