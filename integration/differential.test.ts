@@ -510,11 +510,20 @@ async function randomSequence(d: Differ, seed: number, n: number): Promise<strin
       if (r < 0.9 || depth > 1) return { requestRange: rangeReq() };
       return { requestTxn: txnReq(depth + 1) };
     });
-  const txnReq = (depth = 0): object => ({
-    compare: Array.from({ length: int(0, 2) }, compare),
-    success: ops(depth),
-    failure: ops(depth),
-  });
+  const txnReq = (depth = 0): object => {
+    const txn = { compare: Array.from({ length: int(0, 2) }, compare), success: ops(depth), failure: ops(depth) };
+    // etcd 3.4 crashes (panics in its applier) on a put with ignore_value/ignore_lease whose
+    // key an earlier op of the same txn deleted; kvs stays up (see the README), so such txns
+    // cannot be compared: no ignore_* puts in a txn that deletes.
+    if (depth === 0 && JSON.stringify(txn).includes('requestDeleteRange')) stripIgnores(txn);
+    return txn;
+  };
+  const stripIgnores = (x: unknown): void => {
+    if (!x || typeof x !== 'object') return;
+    const o = x as Record<string, unknown>;
+    if (o.requestPut) Object.assign(o.requestPut as object, { ignoreValue: false, ignoreLease: false });
+    for (const v of Object.values(o)) stripIgnores(v);
+  };
 
   const log: string[] = [];
   const tally = new Map<string, number>();
