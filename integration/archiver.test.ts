@@ -3,7 +3,7 @@
 // their archiver or their object store.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { SST_PREFIX, MANIFEST_LATEST } from '../shared/objectstore/layout.js';
@@ -28,19 +28,21 @@ const local: Backend = {
   name: 'local directory',
   async open(t) {
     const objects = await localObjectStore(t);
+    // The bucket directory is a symlink, swapped atomically (rename) to one pointing at a file:
+    // then every object-store request fails, and nothing can recreate the directory meanwhile.
     const bucketDir = path.join(objects.root, objects.bucket);
+    await mkdir(`${bucketDir}.data`);
+    await writeFile(`${bucketDir}.file`, 'not a directory');
+    await symlink(`${bucketDir}.data`, bucketDir);
+    const point = async (target: string) => {
+      await symlink(target, `${bucketDir}.swap`);
+      await rename(`${bucketDir}.swap`, bucketDir);
+    };
     return {
       nodeOptions: (prefix = objects.prefix) => ({ objectStore: { ...objects, prefix } }),
       store: (t2, prefix = objects.prefix) => openStore(t2, { ...objects, prefix }),
-      // The bucket directory becomes a file: every object-store request fails.
-      async down() {
-        await rename(bucketDir, `${bucketDir}.away`);
-        await writeFile(bucketDir, 'not a directory');
-      },
-      async up() {
-        await rm(bucketDir);
-        await rename(`${bucketDir}.away`, bucketDir);
-      },
+      down: () => point(`${bucketDir}.file`),
+      up: () => point(`${bucketDir}.data`),
     };
   },
 };

@@ -17,7 +17,8 @@ import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/in
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Latest, SstRef } from '../../shared/objectstore/layout.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
-import { readCheckpointManifest, restoreDataDir, StartupError, type BranchPoint } from './restore.js';
+import { readCheckpointManifest, readLatest, restoreDataDir, StartupError, type BranchPoint } from './restore.js';
+import { listWalObjects } from './wal-objects.js';
 import { knownPieces, takeCheckpoint, type CheckpointResult } from './checkpoint.js';
 import { WalUploader } from './uploader.js';
 import { readLocalManifest } from './local-manifest.js';
@@ -41,21 +42,32 @@ export async function runArchiver(cfg: Config): Promise<void> {
 
   // Storage may still run when the archiver alone restarts: then its WAL is not touched.
   const storageRunning = await answers(socketPath(cfg.dataDir, 'storage'));
-  const restored = await restoreDataDir(store, cfg.dataDir, {
-    log,
-    bucket: options.bucket,
-    prefix: options.prefix,
-    branch,
-    openPrefix,
-    fetchWal: !storageRunning,
-    onState: reportState,
-  });
+  const restore = () =>
+    restoreDataDir(store, cfg.dataDir, {
+      log,
+      bucket: options.bucket,
+      prefix: options.prefix,
+      branch,
+      openPrefix,
+      fetchWal: !storageRunning,
+      onState: reportState,
+    });
+  // At boot an unreadable object store is a startup failure. Restarting alone, the node is
+  // up and writes wait for the archiver: keep trying until the object store answers.
+  const restored = storageRunning ? await untilItWorks(restore, log) : await restore();
   let latest = restored.latest;
   const walThrough = restored.walObjects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
-  const uploader = new WalUploader(store, log, {
-    uploadedThrough: Math.max(Number(walThrough), restored.baseIndex),
-    checkpointIndex: latest?.appliedIndex ?? 0,
-  });
+  const storedPosition = async () => {
+    const objects = await listWalObjects(store);
+    const last = objects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
+    return Math.max(Number(last), (await readLatest(store))?.appliedIndex ?? 0, restored.baseIndex);
+  };
+  const uploader = new WalUploader(
+    store,
+    log,
+    { uploadedThrough: Math.max(Number(walThrough), restored.baseIndex), checkpointIndex: latest?.appliedIndex ?? 0 },
+    storedPosition,
+  );
 
   const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix);
   checkpoints.onWritten = (l) => {
@@ -71,7 +83,8 @@ export async function runArchiver(cfg: Config): Promise<void> {
   // A database the prefix has no checkpoint of (a node that ran without an object store, or
   // whose first checkpoint never happened): checkpoint it before storage uploads its WAL, so
   // that the uploaded WAL continues from a checkpoint instead of missing its beginning.
-  if (!latest && fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
+  // (Not when the archiver restarts alone: the node runs, the periodic checkpoint does it.)
+  if (!latest && !storageRunning && fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
     reportState('first checkpoint of the existing database');
     const r = await checkpoints.run();
     // Its WAL before the checkpoint may be gone locally; the uploaded WAL starts after it.
@@ -209,6 +222,18 @@ class Checkpoints {
       }
     } else this.known = new Map();
     return this.known;
+  }
+}
+
+async function untilItWorks<T>(fn: () => Promise<T>, log: Logger): Promise<T> {
+  for (let backoffMs = 500; ; backoffMs = Math.min(backoffMs * 2, 10_000)) {
+    try {
+      return await fn();
+    } catch (err) {
+      log.error({ err: (err as Error).message, retryInMs: backoffMs }, 'archiver cannot start (writes wait for it); retrying');
+      reportState(`starting: ${(err as Error).message}`);
+      await new Promise((resolve) => setTimeout(resolve, backoffMs));
+    }
   }
 }
 

@@ -32,10 +32,12 @@ export class WalUploader {
   constructor(
     private readonly store: ObjectStore,
     private readonly log: Logger,
-    position: { uploadedThrough: number; checkpointIndex: number },
+    start: { uploadedThrough: number; checkpointIndex: number },
+    /** Reads the stored position again from the object store. */
+    private readonly position: () => Promise<number>,
   ) {
-    this.uploadedThrough = position.uploadedThrough;
-    this.checkpointIndex = position.checkpointIndex;
+    this.uploadedThrough = start.uploadedThrough;
+    this.checkpointIndex = start.checkpointIndex;
   }
 
   /** One storage process at a time: a new stream (storage reconnected) replaces the old one. */
@@ -67,17 +69,29 @@ export class WalUploader {
 
   private async upload(first: number, last: number, frames: Buffer): Promise<void> {
     if (last <= this.uploadedThrough) return; // resent after a reconnect: already stored
-    if (first > this.uploadedThrough + 1) {
-      // Storage always continues where the object store stands; a hole would lose records.
-      const error = `WAL chunk ${first}..${last} does not follow the uploaded WAL (through ${this.uploadedThrough}); not uploaded`;
-      this.lastError = error;
-      this.log.error({ first, last, uploadedThrough: this.uploadedThrough }, error);
-      this.report(error);
-      return;
-    }
-    const key = walKey(BigInt(first), BigInt(last));
     const started = Date.now();
     let backoff = BACKOFF_START_MS;
+    while (first > this.uploadedThrough + 1) {
+      // Storage continues where the object store stood when it last heard from an archiver;
+      // this one may have read the store while it answered wrongly (or not at all): read the
+      // position again. A hole is never uploaded over, it would lose records.
+      if (this.closed) throw new Error('archiver stopping');
+      let error = `WAL chunk ${first}..${last} does not follow the uploaded WAL (through ${this.uploadedThrough})`;
+      try {
+        this.uploadedThrough = Math.max(this.uploadedThrough, await this.position());
+        if (first <= this.uploadedThrough + 1) break;
+      } catch (err) {
+        error += `; reading the uploaded WAL failed: ${(err as Error).message}`;
+      }
+      this.stats.errors++;
+      this.lastError = error;
+      this.log.error({ first, last, retryInMs: backoff }, `${error}; retrying (writes wait)`);
+      this.report(error);
+      await sleep(backoff);
+      backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+    }
+    if (last <= this.uploadedThrough) return;
+    const key = walKey(BigInt(first), BigInt(last));
     for (;;) {
       if (this.closed) throw new Error('archiver stopping');
       try {

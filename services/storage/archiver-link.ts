@@ -44,6 +44,7 @@ export class ArchiverLink {
   private closed = false;
   private lastError = '';
   private lastStallLog = 0;
+  private lastUnreachableLog = 0;
   private readonly stallTimer: NodeJS.Timeout;
   private readonly helloWaiters: (() => void)[] = [];
   /** Every record at or below this is in the object store (WAL objects or the latest checkpoint). */
@@ -103,7 +104,13 @@ export class ArchiverLink {
       this.connected = false;
       if (this.closed) return;
       if (wasConnected) this.log.warn({ err: err?.message, pending: this.queue.length }, 'lost the archiver; reconnecting (pending WAL uploads are resent)');
-      else this.lastError = `archiver unreachable: ${err?.message ?? 'stream ended'}`;
+      else {
+        this.lastError = `archiver unreachable: ${err?.message ?? 'stream ended'}`;
+        if (Date.now() - this.lastUnreachableLog >= 10_000) {
+          this.lastUnreachableLog = Date.now();
+          this.log.warn({ err: err?.message }, 'waiting for the archiver (writes wait for it)');
+        }
+      }
       setTimeout(() => this.open(), this.retryMs).unref();
       this.retryMs = Math.min(this.retryMs * 2, 1000);
     };

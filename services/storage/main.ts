@@ -5,7 +5,7 @@ import { socketPath } from '../../shared/config.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
-import { installLifecycle, signalReady } from '../../shared/component.js';
+import { installLifecycle, reportState, signalReady } from '../../shared/component.js';
 import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
 import { ArchiverLink } from './archiver-link.js';
@@ -42,6 +42,7 @@ export async function runStorage(cfg: Config): Promise<void> {
     },
   });
   log.info({ socket, revision: engine.executor.revision }, 'storage ready');
+  if (link) reportState('');
   signalReady({ revision: engine.executor.revision });
 }
 
@@ -51,11 +52,14 @@ export async function runStorage(cfg: Config): Promise<void> {
  * before it is applied; in async mode segments are uploaded as they are sealed.
  */
 async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logger): Promise<EngineOptions> {
+  reportState('waiting for the archiver');
   await link.ready();
   const archivedThrough = () => link.archivedThrough;
   if (cfg.walSyncUpload) {
     const wal = Engine.openWal(cfg.dataDir, log);
+    reportState('uploading the local WAL the object store lacks');
     await uploadWalTail(wal, link, log);
+    reportState('replaying the WAL');
     return { wal, archivedThrough, upload: (first, last, frames) => link.upload(first, last, () => frames) };
   }
   const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
