@@ -136,3 +136,38 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
   assert.equal(await keepAlive(a.id), 0);
   assert.equal(engine.db.kv.get(Buffer.from('a1')), undefined);
 });
+
+test('sync upload: a batch is in the WAL but invisible to readers until uploaded; later writes wait and form the next batch', async (t) => {
+  const dir = tempDir(t);
+  const db = openMvcc(dir, { readOnly: false });
+  const uploads: { first: number; last: number; frames: Buffer; release(): void }[] = [];
+  const engine = Engine.open(db, dir, log, {
+    upload: (first, last, frames) => new Promise<void>((release) => uploads.push({ first, last, frames, release })),
+  });
+  const answered: string[] = [];
+  const a = put(engine, 'a', '1').then((r) => (answered.push('a'), r));
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(uploads.length, 1);
+  assert.deepEqual([uploads[0]!.first, uploads[0]!.last], [1, 1]);
+  assert.equal(engine.wal.lastIndex, 1n, 'in the WAL before the upload');
+  assert.equal(db.kv.get(Buffer.from('a')), undefined, 'not in LMDB before the upload');
+  assert.equal(engine.revision, 1, 'the revision readers see');
+
+  const bc = Promise.all([put(engine, 'b', '2'), put(engine, 'c', '3')]);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(uploads.length, 1, 'one upload in flight');
+  assert.deepEqual(answered, []);
+
+  uploads[0]!.release();
+  const ra = await a;
+  assert.equal(num(decode<any>('etcdserverpb.PutResponse', ra.body!).header.revision), 2);
+  assert.equal(decodeKeyValue(db.kv.get(Buffer.from('a'))!).value.toString(), '1');
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(uploads.length, 2);
+  assert.deepEqual([uploads[1]!.first, uploads[1]!.last], [2, 3], 'the writes that waited form one batch');
+  uploads[1]!.release();
+  const revs = (await bc).map((r) => num(decode<any>('etcdserverpb.PutResponse', r.body!).header.revision));
+  assert.deepEqual(revs, [3, 4]);
+  assert.equal(db.meta.get(META.appliedIndex), 3);
+  await engine.close();
+});
