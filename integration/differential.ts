@@ -335,8 +335,8 @@ export class WatchPair {
 }
 
 /** Starts etcd and kvs (in parallel) for `t`; both are stopped when `t` ends. */
-export async function startPair(t: Ctx): Promise<Differ> {
-  const [etcd, kvs] = await Promise.all([startEtcd(t), startKvs(t)]);
+export async function startPair(t: Ctx, args: { etcd?: string[]; kvs?: string[] } = {}): Promise<Differ> {
+  const [etcd, kvs] = await Promise.all([startEtcd(t, args.etcd), startKvs(t, { args: args.kvs })]);
   const d = new Differ(new Endpoint(t, 'etcd', etcd.endpoint), new Endpoint(t, 'kvs', kvs.endpoint), () => kvs.output());
   // Registered after the nodes, so it runs before they are stopped.
   onCleanup(t, () => {

@@ -350,7 +350,7 @@ export interface EtcdNode {
 let etcdSeq = 0;
 
 /** Start a single-member /usr/bin/etcd on free 127.0.0.1 ports with its own temp data dir. */
-export async function startEtcd(t: Ctx): Promise<EtcdNode> {
+export async function startEtcd(t: Ctx, extraArgs: string[] = []): Promise<EtcdNode> {
   const dataDir = await tempDir(t, 'kvs-etcd-');
   for (let attempt = 1; ; attempt++) {
     const [clientPort, peerPort] = (await freePorts(2)) as [number, number];
@@ -359,7 +359,7 @@ export async function startEtcd(t: Ctx): Promise<EtcdNode> {
     const out = new TailBuffer(64 * 1024);
     const proc = await launch(
       ETCD_BIN,
-      etcdArgs(name, dataDir, clientPort, peerPort),
+      [...etcdArgs(name, dataDir, clientPort, peerPort), ...extraArgs],
       // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
       { env: cleanEnv(undefined, (k) => k.startsWith('ETCD')), detached: false, out },
     );

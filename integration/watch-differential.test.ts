@@ -231,3 +231,39 @@ test('kvs answers Watch as etcd 3.4 does', { timeout: 240_000 }, async (t) => {
     w.nothingElse();
   });
 });
+
+test('progress_notify: idle watchers that asked get the revision periodically, as from etcd 3.4', { timeout: 120_000 }, async (t) => {
+  const d = await startPair(t, {
+    etcd: ['--experimental-watch-progress-notify-interval=300ms'],
+    kvs: ['--watch-progress-notify-interval=300ms'],
+  });
+  const p = 'notify/';
+  const w = d.watch(t);
+  w.send({ createRequest: { key: `${p}a`, progressNotify: true } });
+  w.send({ createRequest: { key: `${p}b`, progressNotify: true } });
+  w.send({ createRequest: { key: `${p}c` } });
+  await w.expect({ 0: 1, 1: 1, 2: 1 }, 'created');
+  const first = await w.expect({ 0: 1, 1: 1 }, 'a progress notification each: no events, the current revision');
+  assert.equal(first['0']![0].events.length, 0);
+  assert.equal(rev(first['0']![0]), d.revision);
+  const before = d.revision;
+  await d.txn({ success: [{ requestPut: { key: `${p}a`, value: '1' } }, { requestPut: { key: `${p}c`, value: '1' } }] });
+  // a: notifications of the old revision may still come (ticks before the write), then the
+  // event, then, a tick without events later, a notification at the new revision.
+  const after = async (q: typeof w.etcd) => {
+    const seen: Plain[] = [];
+    for (;;) {
+      const [r] = (await q.take({ 0: 1 }))['0']!;
+      seen.push(r);
+      if (r.events.length) break;
+      assert.equal(rev(r), before, `${q.name}: a notification before the event has the old revision`);
+    }
+    const [last] = (await q.take({ 0: 1 }))['0']!;
+    return [seen.at(-1), last];
+  };
+  const [fromEtcd, fromKvs] = await Promise.all([after(w.etcd), after(w.kvs)]);
+  assert.deepEqual(fromKvs, fromEtcd);
+  assert.equal(rev(fromEtcd[1]), d.revision);
+  assert.equal(fromEtcd[1].events.length, 0);
+  await w.expect({ 2: 1 }, 'the watcher without progress_notify: the event only');
+});
