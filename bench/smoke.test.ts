@@ -1,4 +1,4 @@
-// Smoke test of the benchmark suite: a --quick run of seq-put and seq-get against kvs and
+// Smoke test of the benchmark suite: a --quick run of seq-put, seq-get and watch against kvs and
 // etcd must produce a JSON report with positive throughput for both systems and ordered
 // percentiles. No timing thresholds: this checks the machinery, not the numbers.
 import assert from 'node:assert/strict';
@@ -12,14 +12,14 @@ import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
 
-test('bench --quick runs seq-put and seq-get against kvs and etcd', { timeout: 90_000 }, async (t) => {
+test('bench --quick runs seq-put, seq-get and watch against kvs and etcd', { timeout: 90_000 }, async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'results.json');
 
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
-  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'seq-put,seq-get', '--out', out], {
+  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'seq-put,seq-get,watch', '--out', out], {
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -33,7 +33,7 @@ test('bench --quick runs seq-put and seq-get against kvs and etcd', { timeout: 9
   assert.equal(report.mode, 'kvs-vs-etcd');
   assert.ok(report.machine.cores > 0);
   assert.ok(report.machine.fsync.p50 > 0);
-  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'seq-get']);
+  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'seq-get', 'watch']);
   for (const w of report.workloads) {
     assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
     for (const r of w.results) {

@@ -6,6 +6,7 @@ import { KvClient, type ClientKind } from './kv-client.js';
 import { DATA_AREA, key, value } from './keys.js';
 import type { FromWorker, PreloadRequest, RunRequest, ToWorker } from './protocol.js';
 import { workload } from './workloads/index.js';
+import type { Op } from './workload.js';
 
 function send(msg: FromWorker): void {
   process.send!(msg);
@@ -57,10 +58,12 @@ async function run(req: RunRequest): Promise<void> {
   const measureFrom = req.measureAt - origin;
   const end = req.endAt - origin;
   await sleep(req.startAt - Date.now());
+  const ops: Op[] = [];
   try {
     await Promise.all(
       clients.map(async ({ id, kv }) => {
         const op = w.op!({ kv, client: id, clients: req.totalClients, opts: req.opts, value: value(req.opts.valueBytes) });
+        ops.push(op);
         for (;;) {
           const t0 = performance.now();
           if (t0 >= end) return;
@@ -84,6 +87,7 @@ async function run(req: RunRequest): Promise<void> {
       }),
     );
   } finally {
+    for (const op of ops) op.close?.();
     for (const c of clients) c.kv.close();
   }
   send({ type: 'result', latencies: lat.slice(0, n), bytes, errors, ...(firstError ? { firstError } : {}) });

@@ -25,8 +25,11 @@ export interface OpContext {
   value: Buffer;
 }
 
-/** One request; resolves with the encoded response (its length counts as bytes received). */
-export type Op = () => Promise<Buffer>;
+/**
+ * One request; resolves with the encoded response (its length counts as bytes received).
+ * `close`, if set, releases what the op opened (e.g. watch streams) after the timed phase.
+ */
+export type Op = (() => Promise<Buffer>) & { close?(): void };
 
 /** What the timed phase measured, as a workload's `measure` sees it. */
 export interface RunSummary {

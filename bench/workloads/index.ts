@@ -5,8 +5,9 @@ import { seqGet, parGet } from './get.js';
 import { mixed } from './mixed.js';
 import { range } from './range.js';
 import { size } from './size.js';
+import { watch, watchFanout } from './watch.js';
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, seqGet, parGet, mixed, range, size];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, seqGet, parGet, mixed, range, watch, watchFanout, size];
 
 export function workload(name: string): Workload {
   const w = WORKLOADS.find((x) => x.name === name);
