@@ -3,7 +3,9 @@
 // Then the etcd3 npm client's leases, against kvs and etcd alike, and across a gateway restart.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
 import type { Etcd3, Lease } from 'etcd3';
+import { encode } from '../shared/proto/index.js';
 import { client, pollUntil, startEtcd, startKvs } from './harness.js';
 
 async function revision(c: Etcd3): Promise<number> {
@@ -114,7 +116,19 @@ test('the etcd3 client keeps a lease across kvs ctl restart gateway', { timeout:
   await lease.put('gw/a').value('1');
   await keepAlives(lease, 1);
   const lost = new Promise((_, reject) => lease.once('lost', reject));
+  // A keep-alive stream open when the gateway stops is ended at once with UNAVAILABLE (and the
+  // client reconnects), not held until the stop's grace period cuts it.
+  const raw = new grpc.Client(node.endpoint, grpc.credentials.createInsecure());
+  t.after(() => raw.close());
+  const stream = raw.makeBidiStreamRequest('/etcdserverpb.Lease/LeaseKeepAlive', (b: Buffer) => b, (b: Buffer) => b);
+  const ended = new Promise<grpc.ServiceError>((resolve) => stream.on('error', resolve));
+  stream.on('data', () => {});
+  const answered = new Promise((resolve) => stream.once('data', resolve));
+  stream.write(encode('etcdserverpb.LeaseKeepAliveRequest', { ID: await lease.grant() }));
+  await answered;
   const r = await node.ctl(['restart', 'gateway']);
+  const err = await ended;
+  assert.deepEqual([err.code, err.details], [grpc.status.UNAVAILABLE, 'kvs: gateway is shutting down']);
   assert.equal(r.exitCode, 0, r.stderr);
   // The client opens a new keep-alive stream to the new gateway and goes on renewing.
   await Promise.race([keepAlives(lease, 6), lost]);

@@ -5,20 +5,24 @@
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import type { StorageLink } from './storage-client.js';
+import type { OpenStreams } from '../../shared/grpc/server.js';
 import { forward, toServiceError } from './kv.js';
 import { Op } from '../storage/engine.js';
 
 const RAW = ['LeaseGrant', 'LeaseRevoke', 'LeaseKeepAlive', 'LeaseTimeToLive', 'LeaseLeases'];
 
-/** `writes` is the link on storage's Write stream, `leases` the one on its Lease stream. */
-export function leaseService(writes: StorageLink, leases: StorageLink) {
+/**
+ * `writes` is the link on storage's Write stream, `leases` the one on its Lease stream; the
+ * keep-alive streams are registered in `open`, which the gateway ends when it stops.
+ */
+export function leaseService(writes: StorageLink, leases: StorageLink, open: OpenStreams) {
   const def = service('etcdserverpb.Lease', { rawRequests: RAW });
   const impl = {
     LeaseGrant: forward(writes, Op.LEASE_GRANT),
     LeaseRevoke: forward(writes, Op.LEASE_REVOKE),
     LeaseTimeToLive: forward(leases, Op.LEASE_TIME_TO_LIVE),
     LeaseLeases: forward(leases, Op.LEASE_LEASES),
-    LeaseKeepAlive: keepAlive(leases),
+    LeaseKeepAlive: keepAlive(leases, open),
   };
   return { def, impl };
 }
@@ -28,8 +32,9 @@ export function leaseService(writes: StorageLink, leases: StorageLink) {
  * in request order (as etcd answers them one by one). A failure ends the stream with its
  * status, as etcd does; clients open a new one.
  */
-function keepAlive(leases: StorageLink) {
+function keepAlive(leases: StorageLink, open: OpenStreams) {
   return (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+    open.add(call);
     let last: Promise<unknown> = Promise.resolve();
     let failed = false;
     call.on('data', (body: Buffer) => {

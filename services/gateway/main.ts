@@ -5,7 +5,7 @@ import type { Config } from '../../shared/config.js';
 import { socketPath } from '../../shared/config.js';
 import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
-import { shutdown } from '../../shared/grpc/server.js';
+import { shutdown, OpenStreams } from '../../shared/grpc/server.js';
 import { installLifecycle, signalReady } from '../../shared/component.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
 import { StorageLink } from './storage-client.js';
@@ -28,6 +28,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
   const hub = new Hub(db, log);
   const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
+  const streams = new OpenStreams();
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
   const server = new grpc.Server({
     // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
@@ -36,7 +37,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink), watch]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>
@@ -45,6 +46,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   installLifecycle(log, {
     async stop() {
       watch.shutdown();
+      streams.endAll('kvs: gateway is shutting down');
       await shutdown(server, 5000);
       feed.close();
       link.close();

@@ -30,6 +30,26 @@ export function shutdown(server: grpc.Server, graceMs = 5000): Promise<void> {
   });
 }
 
+/**
+ * The open long-lived streams of a service (lease keep-alives, election observers). A stop
+ * ends them at once with UNAVAILABLE, which clients answer by reconnecting, instead of the
+ * server's grace period waiting for streams that never end by themselves.
+ */
+export class OpenStreams {
+  private readonly calls = new Set<grpc.ServerDuplexStream<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
+
+  add(call: grpc.ServerDuplexStream<any, any> | grpc.ServerWritableStream<any, any>): void {
+    this.calls.add(call);
+    call.on('close', () => this.calls.delete(call));
+    call.on('error', () => this.calls.delete(call));
+  }
+
+  endAll(details: string): void {
+    for (const call of this.calls) call.emit('error', { code: grpc.status.UNAVAILABLE, details });
+    this.calls.clear();
+  }
+}
+
 /** Unix-socket channels carry large internal messages (snapshots, batches). */
 export const INTERNAL_CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.max_receive_message_length': -1,
