@@ -5,7 +5,7 @@ import { rm } from 'node:fs/promises';
 import { test, type TestContext } from 'node:test';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
-import { listWalObjects } from '../services/archiver/wal-objects.js';
+import { listWalSegments } from '../shared/objectstore/catalog.js';
 import { client, pollUntil, onCleanup, startKvs, type KvsNode, type KvsOptions, type ObjectStoreSpec } from './harness.js';
 import { Load, verify, assertRetryable } from './load.js';
 
@@ -42,7 +42,7 @@ export async function checkpoint(node: KvsNode): Promise<Checkpoint> {
 
 /** The uploaded WAL is records 1..through, each exactly once: no hole, no overlap. */
 export async function assertWalExactlyOnce(store: ObjectStore, through: number): Promise<void> {
-  const objects = await listWalObjects(store);
+  const objects = await listWalSegments(store);
   assert.ok(objects.length > 0, 'no WAL object uploaded');
   let next = 1n;
   for (const o of objects) {

@@ -7,7 +7,7 @@ import { mkdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { SST_PREFIX, MANIFEST_LATEST } from '../shared/objectstore/layout.js';
-import { listWalObjects } from '../services/archiver/wal-objects.js';
+import { listWalSegments } from '../shared/objectstore/catalog.js';
 import {
   client,
   pollUntil,
@@ -160,7 +160,7 @@ test('async upload (--wal-sync-upload=false): segments uploaded on rotation, and
   const c = client(t, node.endpoint);
   for (let i = 1; i <= 50; i++) await c.put(`async/${i}`).value(String(i));
   const uploaded = async (through: number) => {
-    const o = await listWalObjects(store);
+    const o = await listWalSegments(store);
     return o.length > 0 && o[o.length - 1]!.last >= BigInt(through);
   };
   // Sealed after 10 s, then uploaded.
@@ -256,6 +256,6 @@ test('watchers see each write of the sync upload path once, in order, after it i
   await all;
   await watcher.cancel();
   assert.deepEqual(seen, Array.from({ length: 200 }, (_, i) => i + 2));
-  const uploaded = await listWalObjects(await openStore(t, objects));
+  const uploaded = await listWalSegments(await openStore(t, objects));
   assert.equal(uploaded[uploaded.length - 1]!.last, 200n);
 });

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import {
+  GC_RUNNING_STALE_MS,
   MANIFEST_LATEST,
   checkpointKey,
   sstKey,
@@ -21,7 +22,7 @@ import {
 import type { Logger } from '../../shared/log.js';
 import { dbPath, openMvcc } from '../../shared/mvcc/schema.js';
 import { readDbMeta } from './db-meta.js';
-import { readCheckpointManifest } from './restore.js';
+import { listGcRuns, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
 import { progressReporter } from '../../shared/progress.js';
 
 /** 1 MiB: a multiple of LMDB's 4 KiB page, so pieces split on page boundaries. */
@@ -70,7 +71,8 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
     const count = Math.ceil(size / pieceBytes);
     const refs: SstRef[] = new Array(count);
     let uploaded = 0;
-    const orphans: number[] = [];
+    /** Pieces taken as stored without writing them: checked again once the manifest names them. */
+    const reused: number[] = [];
     const shown = progressReporter('checkpoint');
     const phase = `revision ${meta.revision}: pieces`;
     let done = 0;
@@ -88,6 +90,7 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
           const known = opts.known.get(key);
           if (known) {
             refs[i] = known;
+            reused.push(i);
           } else {
             refs[i] = { key, size: n };
             try {
@@ -97,8 +100,8 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
             } catch (err) {
               if (!(err instanceof PreconditionFailedError)) throw err;
               // Already stored, by a checkpoint that did not become latest: an orphan that gc
-              // may be deleting right now. Checked again once the manifest names it.
-              orphans.push(i);
+              // may be deleting right now.
+              reused.push(i);
             }
           }
           shown(phase, ++done, count);
@@ -130,14 +133,22 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
       // A checkpoint at this revision exists: only a compaction happened since (it creates no
       // revision), or an earlier attempt stopped before manifest/latest. It stays as it is
       // (a branch may pin it); the WAL covers the rest.
-      const existing = await readCheckpointManifest(store, key);
+      const existing = await requireCheckpointManifest(store, key);
       const latest: Latest = { checkpoint: key, revision: existing.revision, term: existing.term, appliedIndex: existing.appliedIndex };
       const unchanged = opts.previous?.checkpoint === key;
-      if (!unchanged) await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
+      if (!unchanged) {
+        // Its pieces may have gone as orphans meanwhile (it never became latest).
+        const ours = new Map(refs.map((r, i) => [r.key, i]));
+        const missing = await ensurePieces(store, file, pieceBytes, existing.sst_files, existing.sst_files.map((_, i) => i), (r) => ours.get(r.key));
+        if (missing.length) {
+          throw new Error(`checkpoint ${store.location}/${key} exists but lacks pieces this copy cannot supply (${missing.join(', ')}); it cannot become latest`);
+        }
+        await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
+      }
       log.info({ key }, 'a checkpoint at this revision exists already; keeping it');
       return { unchanged, key, latest, manifest: existing, pieces: count, uploaded };
     }
-    await restoreOrphans(store, file, pieceBytes, refs, orphans);
+    await ensurePieces(store, file, pieceBytes, refs, reused, (_, i) => i);
     const latest: Latest = { checkpoint: key, revision: meta.revision, term: opts.term, appliedIndex: meta.appliedIndex };
     await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
     log.info({ key, revision: meta.revision, appliedIndex: meta.appliedIndex, pieces: count, uploaded }, 'checkpoint written');
@@ -148,23 +159,61 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
 }
 
 /**
- * Pieces found already stored but unreferenced: `kvs gc` deletes such orphans (after an hour)
- * without coordinating with checkpoints. Now that the manifest references them gc keeps them;
- * one deleted meanwhile is uploaded again.
+ * Makes sure the pieces `indexes` of `refs` exist before manifest/latest names a manifest that
+ * lists them. `kvs gc` does not coordinate with checkpoints: it lists the manifests, then deletes
+ * pieces none of them names (those of checkpoints it deleted, and old unreferenced ones). A
+ * piece this checkpoint reused without writing it (known from the previous checkpoint, or found
+ * present by create-if-absent) may be among them. Each gc run keeps a `gc-running/` marker while
+ * it runs, so, once our manifest is written:
+ * - a gc that starts later lists our manifest and keeps our pieces;
+ * - a gc that ended earlier has done its deletes, which the HEADs below see (a missing piece is
+ *   uploaded again from the copy);
+ * - a gc still running may delete after our HEADs: the checkpoint fails (latest stays where it
+ *   was) and the next attempt, which finds this manifest, checks again.
+ * Pieces that live in a branch's source prefix are pinned there by the branch registration.
+ * `source(ref, i)` gives the piece's index in the local copy, if it has that piece.
+ * Returns the missing pieces the copy cannot supply.
  */
-async function restoreOrphans(store: ObjectStore, file: string, pieceBytes: number, refs: SstRef[], orphans: number[]): Promise<void> {
-  if (!orphans.length) return;
+async function ensurePieces(
+  store: ObjectStore,
+  file: string,
+  pieceBytes: number,
+  refs: SstRef[],
+  indexes: number[],
+  source: (ref: SstRef, i: number) => number | undefined,
+): Promise<string[]> {
+  const running = (await listGcRuns(store)).filter((o) => Date.now() - o.lastModified.getTime() < GC_RUNNING_STALE_MS);
+  if (running.length) {
+    throw new Error(
+      `kvs gc is running on ${store.location} (${running.map((o) => o.key).join(', ')}); the checkpoint becomes latest at the next attempt. ` +
+        `If no gc is running, delete the marker (it is ignored after ${GC_RUNNING_STALE_MS / 60000} minutes).`,
+    );
+  }
+  const own = indexes.filter((i) => refs[i]!.prefix === undefined);
+  const cannot: string[] = [];
   const fd = fs.openSync(file, 'r');
   try {
-    for (const i of orphans) {
-      if (await store.head(refs[i]!.key)) continue;
-      const body = Buffer.allocUnsafe(refs[i]!.size);
-      fs.readSync(fd, body, 0, body.length, i * pieceBytes);
-      await store.put(refs[i]!.key, body);
-    }
+    let next = 0;
+    const worker = async () => {
+      while (next < own.length) {
+        const i = own[next++]!;
+        const ref = refs[i]!;
+        if (await store.head(ref.key)) continue;
+        const at = source(ref, i);
+        if (at === undefined) {
+          cannot.push(ref.key);
+          continue;
+        }
+        const body = Buffer.allocUnsafe(ref.size);
+        fs.readSync(fd, body, 0, body.length, at * pieceBytes);
+        await store.put(ref.key, body);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PARALLEL_UPLOADS * 2, own.length) }, worker));
   } finally {
     fs.closeSync(fd);
   }
+  return cannot;
 }
 
 /** The pieces of a checkpoint as known refs; `prefix` marks pieces read from another prefix. */

@@ -17,8 +17,8 @@ import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/in
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Latest, SstRef } from '../../shared/objectstore/layout.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
-import { readCheckpointManifest, readLatest, restoreDataDir, StartupError, type BranchPoint } from './restore.js';
-import { listWalObjects } from './wal-objects.js';
+import { restoreDataDir, StartupError, type BranchPoint } from './restore.js';
+import { listWalSegments, readLatest, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
 import { knownPieces, takeCheckpoint, type CheckpointResult } from './checkpoint.js';
 import { WalUploader } from './uploader.js';
 import { readLocalManifest } from './local-manifest.js';
@@ -58,7 +58,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
   let latest = restored.latest;
   const walThrough = restored.walObjects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
   const storedPosition = async () => {
-    const objects = await listWalObjects(store);
+    const objects = await listWalSegments(store);
     const last = objects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
     return Math.max(Number(last), (await readLatest(store))?.appliedIndex ?? 0, restored.baseIndex);
   };
@@ -212,11 +212,11 @@ class Checkpoints {
   /** The pieces of the latest checkpoint (or, on a branch without one, of its fork point). */
   private async knownPieces(): Promise<Map<string, SstRef>> {
     if (this.known) return this.known;
-    if (this.latest) this.known = knownPieces(await readCheckpointManifest(this.store, this.latest.checkpoint));
+    if (this.latest) this.known = knownPieces(await requireCheckpointManifest(this.store, this.latest.checkpoint));
     else if (this.branch) {
       const source = await this.openPrefix(this.branch.sourcePrefix);
       try {
-        this.known = knownPieces(await readCheckpointManifest(source, this.branch.checkpoint), this.branch.sourcePrefix);
+        this.known = knownPieces(await requireCheckpointManifest(source, this.branch.checkpoint), this.branch.sourcePrefix);
       } finally {
         source.close();
       }

@@ -15,11 +15,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { MANIFEST_LATEST, type CheckpointManifest, type Latest, type SstRef } from '../../shared/objectstore/layout.js';
+import { listWalSegments, readLatest, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
 import type { Logger } from '../../shared/log.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
 import { fsyncDir } from '../storage/wal/segment.js';
 import { LOCAL_MANIFEST, dataEntries, readLocalManifest, writeLocalManifest, type LocalManifest } from './local-manifest.js';
-import { listWalObjects, localWalRange, materializeWal, type WalObject } from './wal-objects.js';
+import { localWalRange, materializeWal, type WalObject } from './wal-objects.js';
 import { readDbMeta } from './db-meta.js';
 import { progressReporter } from '../../shared/progress.js';
 
@@ -69,22 +70,6 @@ export interface RestoreResult {
   baseIndex: number;
 }
 
-export async function readLatest(store: ObjectStore): Promise<Latest | undefined> {
-  const got = await store.get(MANIFEST_LATEST);
-  if (!got) return undefined;
-  const latest = JSON.parse(got.body.toString('utf8')) as Latest;
-  if (typeof latest.checkpoint !== 'string' || typeof latest.appliedIndex !== 'number') throw new Error('manifest/latest lacks checkpoint or appliedIndex');
-  return latest;
-}
-
-export async function readCheckpointManifest(store: ObjectStore, key: string): Promise<CheckpointManifest> {
-  const got = await store.get(key);
-  if (!got) throw new Error(`checkpoint ${store.location}/${key} does not exist`);
-  const m = JSON.parse(got.body.toString('utf8')) as CheckpointManifest;
-  if (m.format !== 'kvs-lmdb/1' || !Array.isArray(m.sst_files)) throw new Error(`checkpoint ${store.location}/${key} is not a kvs-lmdb/1 checkpoint`);
-  return m;
-}
-
 export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: RestoreOptions): Promise<RestoreResult> {
   const { log } = opts;
   const state = opts.onState ?? (() => {});
@@ -117,11 +102,11 @@ export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: 
 
   const result: RestoreResult = { latest, walRecords: 0, walObjects: [], baseIndex: latest?.appliedIndex ?? 0 };
   if (!latest && opts.branch && !local) {
-    result.baseIndex = (await readCheckpointManifest(opts.branch.source, opts.branch.checkpoint)).appliedIndex;
+    result.baseIndex = (await requireCheckpointManifest(opts.branch.source, opts.branch.checkpoint)).appliedIndex;
   } else if (!latest && local?.branch) {
     const source = await openOther(opts, local.branch.sourcePrefix);
     try {
-      result.baseIndex = (await readCheckpointManifest(source, local.branch.checkpoint)).appliedIndex;
+      result.baseIndex = (await requireCheckpointManifest(source, local.branch.checkpoint)).appliedIndex;
     } finally {
       source.close();
     }
@@ -133,7 +118,7 @@ export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: 
     else if (opts.branch && !local) from = { store: opts.branch.source, key: opts.branch.checkpoint, prefix: opts.branch.sourcePrefix };
     if (from) {
       state(`restoring checkpoint ${from.key}`);
-      const manifest = await readCheckpointManifest(from.store, from.key);
+      const manifest = await requireCheckpointManifest(from.store, from.key);
       await downloadCheckpoint(manifest, from, scratch, opts, state);
       const meta = await readDbMeta(scratch);
       if (meta.revision !== manifest.revision || meta.appliedIndex !== manifest.appliedIndex) {
@@ -155,7 +140,7 @@ export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: 
 
   if (latest || opts.branch || opts.fetchWal !== false) {
     state('listing uploaded WAL');
-    result.walObjects = await listWalObjects(store);
+    result.walObjects = await listWalSegments(store);
   }
   if (opts.fetchWal !== false && result.walObjects.length) {
     state('fetching uploaded WAL');

@@ -9,7 +9,8 @@ import { openObjectStore } from '../../shared/objectstore/index.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { walKey } from '../../shared/objectstore/layout.js';
 import { encodeFrames, type WalRecord } from '../storage/wal/frame.js';
-import { listWalObjects, uploadedRecords } from './wal-objects.js';
+import { uploadedRecords } from './wal-objects.js';
+import { listWalSegments } from '../../shared/objectstore/catalog.js';
 
 const records = (first: number, last: number): WalRecord[] =>
   Array.from({ length: last - first + 1 }, (_, i) => ({ index: BigInt(first + i), payload: Buffer.from(`entry ${first + i}`) }));
@@ -31,7 +32,7 @@ async function upload(store: ObjectStore, first: number, last: number): Promise<
 
 async function read(store: ObjectStore, from: number, to?: number): Promise<number[]> {
   const out: number[] = [];
-  for await (const r of uploadedRecords(store, await listWalObjects(store), BigInt(from), to === undefined ? undefined : BigInt(to))) {
+  for await (const r of uploadedRecords(store, await listWalSegments(store), BigInt(from), to === undefined ? undefined : BigInt(to))) {
     assert.equal(Buffer.from(r.payload).toString(), `entry ${r.index}`);
     out.push(Number(r.index));
   }

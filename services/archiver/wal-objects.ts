@@ -4,28 +4,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
-import { WAL_PREFIX, parseWalKey } from '../../shared/objectstore/layout.js';
+import type { WalSegmentEntry } from '../../shared/objectstore/catalog.js';
 import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from '../storage/wal/frame.js';
 import { fsyncDir, listSegments, readSegment, segmentFileName } from '../storage/wal/segment.js';
 import { DEFAULT_MAX_SEGMENT_BYTES } from '../storage/wal/log.js';
 
-export interface WalObject {
-  key: string;
-  first: bigint;
-  last: bigint;
-}
-
-/** Every WAL object of the prefix, ordered by first index. */
-export async function listWalObjects(store: ObjectStore): Promise<WalObject[]> {
-  const out: WalObject[] = [];
-  for await (const o of store.list(WAL_PREFIX)) {
-    const r = parseWalKey(o.key);
-    if (r) out.push({ key: o.key, ...r });
-  }
-  out.sort((a, b) => (a.first < b.first ? -1 : a.first > b.first ? 1 : a.last < b.last ? -1 : a.last > b.last ? 1 : 0));
-  return out;
-}
+/** One uploaded WAL object (listed by `listWalSegments` in shared/objectstore/catalog.ts). */
+export type WalObject = Pick<WalSegmentEntry, 'key' | 'first' | 'last'>;
 
 /** Downloads one WAL object and checks every frame (CRC, indices first..last). */
 export async function readWalObject(store: ObjectStore, o: WalObject): Promise<WalRecord[]> {

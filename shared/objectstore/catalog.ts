@@ -1,8 +1,10 @@
 // Reading the object-store layout of one prefix (layout.ts): the latest pointer, checkpoints,
-// WAL segments and branch registrations. Used by the status/gc/branch commands.
+// WAL segments and branch registrations. Used by the status/gc/branch commands, the archiver
+// and the boot-time restore.
 import {
   BRANCH_PREFIX,
   CHECKPOINT_PREFIX,
+  GC_RUNNING_PREFIX,
   MANIFEST_LATEST,
   WAL_PREFIX,
   parseCheckpointKey,
@@ -23,12 +25,34 @@ async function readJson<T>(store: ObjectStore, key: string): Promise<T | undefin
   }
 }
 
-export function readLatest(store: ObjectStore): Promise<Latest | undefined> {
-  return readJson<Latest>(store, MANIFEST_LATEST);
+/** manifest/latest, or undefined on a prefix without a checkpoint. */
+export async function readLatest(store: ObjectStore): Promise<Latest | undefined> {
+  const latest = await readJson<Latest>(store, MANIFEST_LATEST);
+  if (latest && (typeof latest.checkpoint !== 'string' || typeof latest.appliedIndex !== 'number')) {
+    throw new Error(`object ${MANIFEST_LATEST} in ${store.location} lacks checkpoint or appliedIndex`);
+  }
+  return latest;
 }
 
-export function readCheckpointManifest(store: ObjectStore, key: string): Promise<CheckpointManifest | undefined> {
-  return readJson<CheckpointManifest>(store, key);
+/** A checkpoint's manifest, or undefined when it does not exist. */
+export async function readCheckpointManifest(store: ObjectStore, key: string): Promise<CheckpointManifest | undefined> {
+  const m = await readJson<CheckpointManifest>(store, key);
+  if (m && (m.format !== 'kvs-lmdb/1' || !Array.isArray(m.sst_files))) {
+    throw new Error(`checkpoint ${store.location}/${key} is not a kvs-lmdb/1 checkpoint`);
+  }
+  return m;
+}
+
+/** A checkpoint's manifest, which must exist. */
+export async function requireCheckpointManifest(store: ObjectStore, key: string): Promise<CheckpointManifest> {
+  const m = await readCheckpointManifest(store, key);
+  if (!m) throw new Error(`checkpoint ${store.location}/${key} does not exist`);
+  return m;
+}
+
+/** The markers of `kvs gc` runs in progress (see runGc), with their start times. */
+export async function listGcRuns(store: ObjectStore): Promise<ObjectInfo[]> {
+  return listAll(store, GC_RUNNING_PREFIX);
 }
 
 export interface CheckpointEntry {
@@ -59,7 +83,7 @@ export interface WalSegmentEntry {
   size: number;
 }
 
-/** Every uploaded WAL segment, in index order. */
+/** Every uploaded WAL segment, in index order (the keys' order: first, then last, zero-padded). */
 export async function listWalSegments(store: ObjectStore): Promise<WalSegmentEntry[]> {
   const out: WalSegmentEntry[] = [];
   for await (const o of store.list(WAL_PREFIX)) {

@@ -9,6 +9,8 @@
 //                                                        segment file format (CRC frames)
 //   branches/<branch id>.json                         -> BranchRegistration (JSON), in the SOURCE prefix
 //   leader-lock                                       -> the cluster leader lock
+//   gc-running/<start time>-<random>                   -> present while a `kvs gc` runs (checkpoint writers
+//                                                        look before they move manifest/latest)
 
 export const MANIFEST_LATEST = 'manifest/latest';
 export const CHECKPOINT_PREFIX = 'checkpoint/';
@@ -16,6 +18,9 @@ export const SST_PREFIX = 'sst/';
 export const WAL_PREFIX = 'wal/';
 export const BRANCH_PREFIX = 'branches/';
 export const LEADER_LOCK = 'leader-lock';
+export const GC_RUNNING_PREFIX = 'gc-running/';
+/** A gc marker older than this is left by a gc that died; it no longer holds checkpoints back. */
+export const GC_RUNNING_STALE_MS = 60 * 60 * 1000;
 
 const pad = (n: number | bigint, width: number) => n.toString().padStart(width, '0');
 

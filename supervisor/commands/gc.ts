@@ -7,6 +7,9 @@
 //   3. WAL segments fully covered by the latest checkpoint (last index <= its appliedIndex).
 // Each pass re-reads what it depends on, so a gc interrupted anywhere leaves a restorable
 // prefix and the next run finishes the job.
+// While it runs, a `gc-running/` marker tells checkpoint writers that pieces they reuse may be
+// going (services/archiver/checkpoint.ts, ensurePieces).
+import { randomBytes } from 'node:crypto';
 import {
   checkpointDir,
   listAll,
@@ -16,7 +19,7 @@ import {
   readCheckpointManifest,
   readLatest,
 } from '../../shared/objectstore/catalog.js';
-import { SST_PREFIX, type CheckpointManifest } from '../../shared/objectstore/layout.js';
+import { GC_RUNNING_PREFIX, SST_PREFIX, type CheckpointManifest } from '../../shared/objectstore/layout.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Progress } from '../../shared/progress.js';
 
@@ -65,6 +68,16 @@ export async function runGc(store: ObjectStore, opts: GcOptions): Promise<GcResu
   if (!Number.isInteger(keep) || keep < 1) {
     throw new Error(`--keep must be a whole number of at least 1 (the latest checkpoint is always needed), got "${opts.keep}"`);
   }
+  const marker = `${GC_RUNNING_PREFIX}${new Date().toISOString()}-${randomBytes(4).toString('hex')}`;
+  await store.put(marker, Buffer.from(JSON.stringify({ startedAt: new Date().toISOString(), pid: process.pid })));
+  try {
+    return await passes(store, keep, opts);
+  } finally {
+    await store.delete(marker);
+  }
+}
+
+async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promise<GcResult> {
   const now = opts.now ?? new Date();
   const orphanMinAgeMs = opts.orphanMinAgeMs ?? 60 * 60 * 1000;
   const progress = opts.progress;
