@@ -1,13 +1,14 @@
 // The object-store contract against the local directory store, plus what only it has:
 // its on-disk layout keeps every key inside the bucket directory.
 import assert from 'node:assert/strict';
-import { readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { objectStoreContract } from './objectstore-contract.js';
 import { fileScope, tempDir } from './harness.js';
+import { failed, keys, kvs } from './objectstore-fixtures.js';
 
 const root = await tempDir(fileScope, 'kvs-objects-');
 const endpoint = pathToFileURL(root).href;
@@ -70,6 +71,40 @@ test('local store: file-system errors name the store, the operation and the key'
   await writeFile(path.join(dir, 'b'), 'a file where the bucket directory should be');
   const store = await openObjectStore({ endpoint: pathToFileURL(dir).href, bucket: 'b', prefix: 'p/' });
   await assert.rejects(store.put('wal/1', Buffer.from('x')), new RegExp(`^Error: object store file://${dir}/b/p/: put wal/1 failed: ENOTDIR`));
-  assert.equal(await store.get('wal/1'), undefined);
   store.close();
+});
+
+test('local store: a damaged directory is an error for every read, never "no such object"', async (t) => {
+  const dir = await tempDir(t, 'kvs-objects-');
+  const endpoint = pathToFileURL(dir).href;
+  const damage = /the local object store is damaged: .* is a file .*restore the directory from a backup/;
+  // The bucket directory is a file.
+  await writeFile(path.join(dir, 'b'), 'a file where the bucket directory should be');
+  const store = await openObjectStore({ endpoint, bucket: 'b', prefix: 'p/' });
+  await assert.rejects(store.get('manifest/latest'), new RegExp(`object store file://${dir}/b/p/: get manifest/latest failed: ` + damage.source));
+  await assert.rejects(store.head('manifest/latest'), damage);
+  await assert.rejects(store.delete('wal/1'), damage);
+  await assert.rejects(keys(store, 'wal/'), damage);
+  store.close();
+
+  // A directory further down (the prefix's) is a file; and an object's path is a directory.
+  await mkdir(path.join(dir, 'c'));
+  await writeFile(path.join(dir, 'c', 'p~'), 'not a directory');
+  const deeper = await openObjectStore({ endpoint, bucket: 'c', prefix: 'p/' });
+  await assert.rejects(deeper.get('manifest/latest'), damage);
+  await assert.rejects(keys(deeper, ''), damage);
+  await mkdir(path.join(dir, 'd', 'p~', 'manifest~', 'latest'), { recursive: true });
+  const dirObject = await openObjectStore({ endpoint, bucket: 'd', prefix: 'p/' });
+  await assert.rejects(dirObject.get('manifest/latest'), /damaged: .*latest is not a regular file/);
+  await assert.rejects(dirObject.head('manifest/latest'), /damaged: .*latest is not a regular file/);
+  await assert.rejects(keys(dirObject, 'manifest/'), /damaged: .*latest is not a regular file/);
+  deeper.close();
+  dirObject.close();
+
+  // A fresh data directory restored against it gets an error, not an empty node.
+  const dataDir = await tempDir(t, 'kvs-node-');
+  const r = await kvs(['restore', '--data-dir', dataDir, '--s3-endpoint', endpoint, '--s3-bucket', 'b', '--s3-prefix', 'p/']);
+  failed(r, damage);
+  assert.deepEqual(await readdir(dataDir), [], 'nothing restored');
+  failed(await kvs(['status', '--s3-endpoint', endpoint, '--s3-bucket', 'c', '--s3-prefix', 'p/']), damage);
 });

@@ -49,6 +49,8 @@ test('S3 versioned bucket: get by version id, list versions and delete markers',
 test('S3: a missing bucket and wrong credentials fail with the location in the message', async () => {
   const missing = await openObjectStore(s3.storeOptions('no-such-bucket-here', 'p/'));
   await assert.rejects(missing.put('k', Buffer.from('x')), /s3:\/\/no-such-bucket-here\/p\/ .*put k failed: NoSuchBucket/);
+  // Not "absent": a node reading manifest/latest from a wrong bucket would boot EMPTY.
+  await assert.rejects(missing.get('manifest/latest'), /get manifest\/latest failed: NoSuchBucket/);
   missing.close();
 });
 

@@ -91,6 +91,23 @@ function isCode(err: unknown, ...codes: string[]): boolean {
   return codes.includes((err as NodeJS.ErrnoException)?.code ?? '');
 }
 
+/**
+ * ENOTDIR: a path component is a file. The store never names a file like a directory (`~`),
+ * so the bucket directory is damaged; answering "absent" would let a node boot EMPTY on it.
+ */
+function damaged(err: unknown, file: string): Error {
+  return new Error(
+    `the local object store is damaged: a part of ${file} that must be a directory is a file (${(err as Error).message}); ` +
+      'restore the directory from a backup, or point --s3-endpoint at an intact copy',
+    { cause: err },
+  );
+}
+
+/** An object path that is not a regular file: damage, not absence. */
+function notAFile(file: string): Error {
+  return new Error(`the local object store is damaged: ${file} is not a regular file; restore the directory from a backup`);
+}
+
 /** A directory removed meanwhile (by the delete of its last object) needs no sync. */
 async function fsyncDir(dir: string): Promise<void> {
   let fh;
@@ -220,14 +237,16 @@ export class LocalObjectStore implements ObjectStore {
     try {
       fh = await fs.open(this.file(key), fsc.O_RDONLY);
     } catch (err) {
-      if (isCode(err, 'ENOENT', 'ENOTDIR', 'EISDIR')) return undefined;
+      if (isCode(err, 'ENOENT')) return undefined;
+      if (isCode(err, 'ENOTDIR')) throw damaged(err, this.file(key));
+      if (isCode(err, 'EISDIR')) throw notAFile(this.file(key));
       throw err;
     }
     try {
       // Stat and read the same open file: the etag belongs to these bytes even if the
       // object is replaced meanwhile (a replacement is a new file).
       const st = await fh.stat({ bigint: true });
-      if (!st.isFile()) return undefined;
+      if (!st.isFile()) throw notAFile(this.file(key));
       const body = await fh.readFile();
       return { body, etag: etagOf(st) };
     } finally {
@@ -236,14 +255,16 @@ export class LocalObjectStore implements ObjectStore {
   }
 
   private async headFile(key: string): Promise<ObjectInfo | undefined> {
+    let st: BigIntStats;
     try {
-      const st = await fs.stat(this.file(key), { bigint: true });
-      if (!st.isFile()) return undefined;
-      return { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
+      st = await fs.stat(this.file(key), { bigint: true });
     } catch (err) {
-      if (isCode(err, 'ENOENT', 'ENOTDIR')) return undefined;
+      if (isCode(err, 'ENOENT')) return undefined;
+      if (isCode(err, 'ENOTDIR')) throw damaged(err, this.file(key));
       throw err;
     }
+    if (!st.isFile()) throw notAFile(this.file(key));
+    return { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
   }
 
   private async putFile(key: string, body: Buffer, opts: PutOptions = {}): Promise<PutResult> {
@@ -293,7 +314,9 @@ export class LocalObjectStore implements ObjectStore {
       try {
         await fs.unlink(file);
       } catch (err) {
-        if (isCode(err, 'ENOENT', 'ENOTDIR')) return;
+        if (isCode(err, 'ENOENT')) return;
+        if (isCode(err, 'ENOTDIR')) throw damaged(err, file);
+        if (isCode(err, 'EISDIR')) throw notAFile(file);
         throw err;
       }
       await fsyncDir(path.dirname(file));
@@ -342,7 +365,8 @@ export class LocalObjectStore implements ObjectStore {
     try {
       names = await fs.readdir(dir);
     } catch (err) {
-      if (isCode(err, 'ENOENT', 'ENOTDIR')) return;
+      if (isCode(err, 'ENOENT')) return;
+      if (isCode(err, 'ENOTDIR')) throw damaged(err, dir);
       throw err;
     }
     const entries: { name: string; seg: string; isDir: boolean; order: string }[] = [];
@@ -368,6 +392,7 @@ export class LocalObjectStore implements ObjectStore {
         if (isCode(err, 'ENOENT')) continue; // deleted meanwhile
         throw err;
       }
+      if (!st.isFile()) throw notAFile(p);
       const key = (keyPrefix + e.seg).slice(this.prefix.length);
       yield { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
     }

@@ -104,6 +104,8 @@ export class S3ObjectStore implements ObjectStore {
       const body = Buffer.from(await res.Body!.transformToByteArray());
       return { body, etag: bareEtag(res.ETag), versionId: res.VersionId };
     } catch (err) {
+      // A missing bucket is a wrong flag or a lost bucket, not an empty prefix (a node would boot EMPTY).
+      if (errName(err) === 'NoSuchBucket') throw this.fail('get', key, err);
       // 404: no such key or version; 405: that version is a delete marker.
       if (status(err) === 404 || status(err) === 405) return undefined;
       throw this.fail('get', key, err);
