@@ -149,6 +149,12 @@ export function objectStoreContract(name: string, target: () => ContractTarget):
     assert.deepEqual(await keys(store, 'a/b/'), ['a/b/', 'a/b/c']);
     assert.deepEqual(await keys(store, 'a'), all.filter((k) => k.startsWith('a')).sort(byUtf8));
     assert.deepEqual(await keys(store, 'zz'), []);
+    // startAfter (S3's StartAfter): only the keys after it, also when it names no object.
+    const after = async (prefix: string, startAfter: string) => (await collect(store.list(prefix, { startAfter }))).map((o) => o.key);
+    for (const [prefix, from] of [['', 'a/b'], ['', 'a/a'], ['', 'a/b/'], ['a', 'a/b/c'], ['a/', 'a-'], ['a/', 'a/b~'], ['', 'B'], ['', ''], ['a/b/', 'zz']] as const) {
+      const want = all.filter((k) => k.startsWith(prefix) && byUtf8(k, from) > 0).sort(byUtf8);
+      assert.deepEqual(await after(prefix, from), want, `list(${JSON.stringify(prefix)}, startAfter ${JSON.stringify(from)})`);
+    }
     const infos = await collect(store.list('a/b/c'));
     assert.equal(infos.length, 1);
     assert.equal(infos[0]!.size, 5);
@@ -170,6 +176,7 @@ export function objectStoreContract(name: string, target: () => ContractTarget):
     const listed = await keys(store, 'wal/');
     assert.equal(listed.length, n);
     assert.deepEqual(listed, all);
+    assert.deepEqual((await collect(store.list('wal/', { startAfter: all[5] }))).map((o) => o.key), all.slice(6), 'startAfter across pages');
     await store.deleteMany(all.slice(0, 1100));
     assert.deepEqual(await keys(store, 'wal/'), all.slice(1100));
     await store.deleteMany(all.slice(1100));

@@ -58,9 +58,10 @@ export async function runArchiver(cfg: Config): Promise<void> {
   let latest = restored.latest;
   const walThrough = restored.walObjects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
   const storedPosition = async () => {
-    const objects = await listWalSegments(store);
+    const checkpointIndex = Math.max((await readLatest(store))?.appliedIndex ?? 0, restored.baseIndex);
+    const objects = await listWalSegments(store, { after: BigInt(checkpointIndex) });
     const last = objects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
-    return Math.max(Number(last), (await readLatest(store))?.appliedIndex ?? 0, restored.baseIndex);
+    return Math.max(Number(last), checkpointIndex);
   };
   const uploader = new WalUploader(
     store,

@@ -140,7 +140,10 @@ export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: 
 
   if (latest || opts.branch || opts.fetchWal !== false) {
     state('listing uploaded WAL');
-    result.walObjects = await listWalSegments(store);
+    // What is already in the database (a checkpoint restored, or the local one) is not needed.
+    const db = path.join(dbPath(dataDir), 'data.mdb');
+    const applied = fs.existsSync(db) ? (await readDbMeta(dataDir)).appliedIndex : 0;
+    result.walObjects = await listWalSegments(store, { after: BigInt(Math.min(applied, result.baseIndex)) });
   }
   if (opts.fetchWal !== false && result.walObjects.length) {
     state('fetching uploaded WAL');

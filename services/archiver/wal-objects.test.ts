@@ -75,3 +75,44 @@ test('an object whose frames do not match its name is refused', async () => {
     await assert.rejects(read(store, 4), /is damaged/);
   });
 });
+
+/** The store, counting the objects its listings yield. */
+function counting(store: ObjectStore): { store: ObjectStore; listed: () => number } {
+  let n = 0;
+  const wrapped = new Proxy(store, {
+    get(target, prop, receiver) {
+      if (prop !== 'list') return Reflect.get(target, prop, receiver);
+      return async function* (prefix: string, opts?: object) {
+        for await (const o of target.list(prefix, opts)) {
+          n++;
+          yield o;
+        }
+      };
+    },
+  });
+  return { store: wrapped, listed: () => n };
+}
+
+const spans = (objects: { first: bigint; last: bigint }[]) => objects.map((o) => `${o.first}-${o.last}`);
+
+test('the WAL after a checkpoint is listed from the checkpoint on, not from the beginning (sync mode: one object per batch)', async () => {
+  await withStore(async (plain) => {
+    for (let i = 1; i <= 300; i++) await plain.put(walKey(BigInt(i), BigInt(i)), Buffer.from('x'));
+    const { store, listed } = counting(plain);
+    assert.deepEqual(spans(await listWalSegments(store, { after: 290n })), spans(range(291, 300).map((i) => ({ first: BigInt(i), last: BigInt(i) }))));
+    assert.equal(listed(), 10, 'only the objects after the checkpoint were listed');
+    assert.equal((await listWalSegments(store)).length, 300);
+  });
+});
+
+test('the WAL after a checkpoint includes a segment reaching back over it (async mode), and a hole is left for the reader to report', async () => {
+  await withStore(async (store) => {
+    for (const [f, l] of [[1, 100], [101, 250], [251, 400]]) await store.put(walKey(BigInt(f!), BigInt(l!)), Buffer.from('x'));
+    assert.deepEqual(spans(await listWalSegments(store, { after: 200n })), ['101-250', '251-400']);
+    assert.deepEqual(spans(await listWalSegments(store, { after: 250n })), ['251-400']);
+    assert.deepEqual(spans(await listWalSegments(store, { after: 300n })), ['251-400'], 'nothing starts after 300');
+    assert.deepEqual(spans(await listWalSegments(store, { after: 400n })), []);
+    await store.delete(walKey(101n, 250n));
+    assert.deepEqual(spans(await listWalSegments(store, { after: 200n })), ['251-400']);
+  });
+});

@@ -9,6 +9,7 @@ import {
   WAL_PREFIX,
   parseCheckpointKey,
   parseWalKey,
+  walKey,
   type BranchRegistration,
   type CheckpointManifest,
   type Latest,
@@ -83,14 +84,32 @@ export interface WalSegmentEntry {
   size: number;
 }
 
-/** Every uploaded WAL segment, in index order (the keys' order: first, then last, zero-padded). */
-export async function listWalSegments(store: ObjectStore): Promise<WalSegmentEntry[]> {
-  const out: WalSegmentEntry[] = [];
-  for await (const o of store.list(WAL_PREFIX)) {
-    const parsed = parseWalKey(o.key);
-    if (parsed) out.push({ key: o.key, size: o.size, ...parsed });
-  }
-  return out;
+/**
+ * Uploaded WAL segments, in index order (the keys' order: first, then last, zero-padded).
+ * With `after`, those holding records after that index: sync mode leaves one object per
+ * batch until gc, so a start-up reads from the latest checkpoint's index on (StartAfter)
+ * rather than everything. A segment reaching back over `after` (async mode) sorts before
+ * that point: when the listing does not continue right at after+1, the whole prefix is read.
+ */
+export async function listWalSegments(store: ObjectStore, opts: { after?: bigint } = {}): Promise<WalSegmentEntry[]> {
+  const { after } = opts;
+  const read = async (startAfter?: string) => {
+    const out: WalSegmentEntry[] = [];
+    for await (const o of store.list(WAL_PREFIX, startAfter === undefined ? undefined : { startAfter })) {
+      const parsed = parseWalKey(o.key);
+      if (parsed && (after === undefined || parsed.last > after)) out.push({ key: o.key, size: o.size, ...parsed });
+    }
+    return out;
+  };
+  if (!after) return read();
+  // Keys after wal/<after>-<after>.wal: every segment whose first index is above `after`, and
+  // those starting at `after` that go beyond it. Continuing right at after+1, that is all (a
+  // segment reaching back over `after` would repeat records these hold). Otherwise, or when
+  // nothing follows (an idle node since its checkpoint), an earlier segment may reach past
+  // `after`, and only the whole listing can tell.
+  const from = await read(walKey(after, after));
+  if (from.length && from[0]!.first <= after + 1n) return from;
+  return read();
 }
 
 export async function listBranches(store: ObjectStore): Promise<BranchRegistration[]> {

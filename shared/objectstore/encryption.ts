@@ -11,7 +11,7 @@
 
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { GetResult, ObjectInfo, ObjectStore, ObjectVersion, PutOptions, PutResult } from './store.js';
+import type { GetResult, ListOptions, ObjectInfo, ObjectStore, ObjectVersion, PutOptions, PutResult } from './store.js';
 
 export const ENCRYPTED_MAGIC = Buffer.from([0x89, 0x4b, 0x56, 0x53, 0x2d, 0x45, 0x4e, 0x43]); // \x89KVS-ENC
 const VERSION = 1;
@@ -130,8 +130,8 @@ abstract class BodyTransformStore implements ObjectStore {
   deleteMany(keys: string[]): Promise<void> {
     return this.inner.deleteMany(keys);
   }
-  async *list(prefix: string): AsyncIterable<ObjectInfo> {
-    for await (const info of this.inner.list(prefix)) yield { ...info, size: this.size(info.size) };
+  async *list(prefix: string, opts?: ListOptions): AsyncIterable<ObjectInfo> {
+    for await (const info of this.inner.list(prefix, opts)) yield { ...info, size: this.size(info.size) };
   }
   async *listVersions(prefix: string): AsyncIterable<ObjectVersion> {
     for await (const v of this.inner.listVersions(prefix)) yield v.deleteMarker ? v : { ...v, size: this.size(v.size) };

@@ -23,6 +23,7 @@ import path from 'node:path';
 import {
   PreconditionFailedError,
   type GetResult,
+  type ListOptions,
   type ObjectInfo,
   type ObjectStore,
   type ObjectVersion,
@@ -81,6 +82,12 @@ export function objectPath(fullKey: string): string {
 /** Order of S3 listings: by the UTF-8 bytes of the key. */
 function compareUtf8(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
+/** Whether every key starting with `prefix` sorts at or before `after`. */
+function endsBefore(prefix: string, after: Buffer): boolean {
+  const p = Buffer.from(prefix, 'utf8');
+  return Buffer.compare(p, after.subarray(0, p.length)) < 0;
 }
 
 function etagOf(st: BigIntStats): string {
@@ -346,8 +353,9 @@ export class LocalObjectStore implements ObjectStore {
     await Promise.all(Array.from({ length: Math.min(8, queue.length) }, worker));
   }
 
-  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+  async *list(prefix: string, opts: ListOptions = {}): AsyncIterable<ObjectInfo> {
     const full = this.prefix + prefix;
+    const after = opts.startAfter === undefined ? undefined : Buffer.from(this.prefix + opts.startAfter, 'utf8');
     const segs = full.split('/');
     const last = segs.pop()!; // a partial segment: names starting with it
     let dir = this.bucketDir;
@@ -356,11 +364,11 @@ export class LocalObjectStore implements ObjectStore {
       dir = path.join(dir, encodeSegment(s) + DIR_SUFFIX);
       keyPrefix += s + '/';
     }
-    for await (const info of this.walk(dir, keyPrefix, last)) yield info;
+    for await (const info of this.walk(dir, keyPrefix, last, after)) yield info;
   }
 
   /** Objects below `dir` (whose keys start with `keyPrefix`), in key order, lazily. */
-  private async *walk(dir: string, keyPrefix: string, startsWith: string): AsyncGenerator<ObjectInfo> {
+  private async *walk(dir: string, keyPrefix: string, startsWith: string, after?: Buffer): AsyncGenerator<ObjectInfo> {
     let names: string[];
     try {
       names = await fs.readdir(dir);
@@ -375,6 +383,9 @@ export class LocalObjectStore implements ObjectStore {
       const isDir = name.endsWith(DIR_SUFFIX);
       const seg = decodeSegment(isDir ? name.slice(0, -1) : name);
       if (!seg.startsWith(startsWith)) continue;
+      if (after && !isDir && Buffer.compare(Buffer.from(keyPrefix + seg, 'utf8'), after) <= 0) continue;
+      // A directory's keys all start with `<seg>/`: skipped whole when all of them sort before `after`.
+      if (after && isDir && endsBefore(keyPrefix + seg + '/', after)) continue;
       // A directory's keys all start with `seg/`, so it sorts as `seg/` among its siblings.
       entries.push({ name, seg, isDir, order: isDir ? seg + '/' : seg });
     }
@@ -382,7 +393,7 @@ export class LocalObjectStore implements ObjectStore {
     for (const e of entries) {
       const p = path.join(dir, e.name);
       if (e.isDir) {
-        yield* this.walk(p, keyPrefix + e.seg + '/', '');
+        yield* this.walk(p, keyPrefix + e.seg + '/', '', after);
         continue;
       }
       let st: BigIntStats;

@@ -6,7 +6,7 @@
 // checkpoints, overwrites and gc (on a versioned bucket a delete only adds a delete marker).
 import { readFile } from 'node:fs/promises';
 import { MANIFEST_LATEST, parseWalKey, type CheckpointManifest, type Latest } from './layout.js';
-import type { GetResult, ObjectInfo, ObjectStore, ObjectVersion, PutResult } from './store.js';
+import type { GetResult, ListOptions, ObjectInfo, ObjectStore, ObjectVersion, PutResult } from './store.js';
 
 export interface RestorePoint {
   format: 'kvs-restore-point/1';
@@ -137,8 +137,11 @@ export class RestorePointStore implements ObjectStore {
     return v && { key, size: v.size, etag: v.etag, lastModified: new Date(this.point.createdAt), versionId: v.versionId };
   }
 
-  async *list(prefix: string): AsyncIterable<ObjectInfo> {
-    for (const key of this.keys) if (key.startsWith(prefix)) yield (await this.head(key))!;
+  async *list(prefix: string, opts: ListOptions = {}): AsyncIterable<ObjectInfo> {
+    const after = opts.startAfter;
+    for (const key of this.keys) {
+      if (key.startsWith(prefix) && (after === undefined || Buffer.compare(Buffer.from(key), Buffer.from(after)) > 0)) yield (await this.head(key))!;
+    }
   }
 
   async *listVersions(prefix: string): AsyncIterable<ObjectVersion> {

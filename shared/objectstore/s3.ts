@@ -25,7 +25,7 @@ import {
   S3ServiceException,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
-import { PreconditionFailedError, type GetResult, type ObjectInfo, type ObjectStore, type ObjectVersion, type PutOptions, type PutResult } from './store.js';
+import { PreconditionFailedError, type GetResult, type ListOptions, type ObjectInfo, type ObjectStore, type ObjectVersion, type PutOptions, type PutResult } from './store.js';
 
 export interface S3StoreOptions {
   /** http(s) URL of the service; undefined means AWS S3 in the configured region. */
@@ -207,12 +207,13 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+  async *list(prefix: string, opts: ListOptions = {}): AsyncIterable<ObjectInfo> {
+    const startAfter = opts.startAfter === undefined ? undefined : this.prefix + opts.startAfter;
     let token: string | undefined;
     do {
       let res;
       try {
-        res = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ContinuationToken: token }));
+        res = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ContinuationToken: token, StartAfter: token ? undefined : startAfter }));
       } catch (err) {
         throw this.fail('list', prefix, err);
       }

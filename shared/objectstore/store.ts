@@ -40,6 +40,11 @@ export class PreconditionFailedError extends Error {
   }
 }
 
+export interface ListOptions {
+  /** A key (relative to the store's prefix): list only keys after it in byte order. */
+  startAfter?: string;
+}
+
 export interface ObjectVersion extends ObjectInfo {
   versionId: string;
   isLatest: boolean;
@@ -57,8 +62,11 @@ export interface ObjectStore {
   /** Deleting a missing object is not an error. */
   delete(key: string): Promise<void>;
   deleteMany(keys: string[]): Promise<void>;
-  /** Every object whose key starts with `prefix`, in key order. */
-  list(prefix: string): AsyncIterable<ObjectInfo>;
+  /**
+   * Every object whose key starts with `prefix`, in key order; with `startAfter`, only those
+   * whose key sorts after it (S3's StartAfter), so a long listing can be read from a point.
+   */
+  list(prefix: string, opts?: ListOptions): AsyncIterable<ObjectInfo>;
   /** Every version of every object under `prefix` (versioned stores; others yield none). */
   listVersions(prefix: string): AsyncIterable<ObjectVersion>;
   close(): void;
