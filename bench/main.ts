@@ -9,10 +9,11 @@ import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
 import { LoadGenerator } from './load.js';
 import { describeMachine } from './machine.js';
 import { RATIO_NOTE, machineLine, ratios, table, writeDocs, type Report, type SystemResult, type WorkloadResult } from './report.js';
-import { REPO_ROOT, ensureEtcd, startServer, type Server, type System } from './servers.js';
+import { REPO_ROOT, ensureEtcd, localObjectStore, startServer, type KvsObjectStore, type Server, type System } from './servers.js';
+import type { Rgw } from './rgw.js';
 import { Tally, type Target } from './tally.js';
 import { PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
-import { WORKLOADS, workload } from './workloads/index.js';
+import { RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
 
 const HELP = `Usage: npm run bench -- [flags]     (or: node dist/bench/main.js [flags])
 
@@ -30,6 +31,8 @@ workload), runs each workload against both in alternating rounds, prints a table
   --endpoints h:p,...   measure these etcd v3 endpoints instead (no servers started, no ratios;
                         writes under ${ROOT_PREFIX} and deletes that prefix afterwards)
   --systems kvs,etcd    which servers to start (default both)
+  --rgw                 also the workloads with kvs on Ceph RGW (${RGW_WORKLOADS.map((w) => w.name).join(',')}),
+                        on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
   --load-processes <n>  load-generator processes (default 2)
   --client h2|grpc-js   the load generator's gRPC channel: raw node:http2 (default, cheapest)
                         or @grpc/grpc-js (several times the client CPU per call)
@@ -51,6 +54,7 @@ interface Settings {
   out: string;
   writeDocs: boolean;
   quick: boolean;
+  rgw: boolean;
 }
 
 function positive(name: string, v: string | undefined, dflt: number): number {
@@ -76,6 +80,7 @@ function settings(argv: string[]): Settings | undefined {
       client: { type: 'string' },
       out: { type: 'string' },
       'write-docs': { type: 'boolean', default: false },
+      rgw: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -90,8 +95,11 @@ function settings(argv: string[]): Settings | undefined {
   const client = (a.client ?? 'h2') as ClientKind;
   if (!CLIENT_KINDS.includes(client)) throw new Error(`--client must be one of ${CLIENT_KINDS.join(', ')}`);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const workloads = a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS, ...(a.rgw ? RGW_WORKLOADS : [])];
+  const needsRgw = workloads.filter((w) => w.objectStore === 'rgw');
+  if (needsRgw.length && !a.rgw) throw new Error(`${needsRgw.map((w) => w.name).join(', ')} need --rgw (Ceph RGW)`);
   return {
-    workloads: a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS],
+    workloads,
     durationS: positive('duration', a.duration, a.quick ? 1 : 10),
     warmupS: a.warmup === '0' ? 0 : positive('warmup', a.warmup, a.quick ? 0.25 : 2),
     rounds: Math.round(positive('rounds', a.rounds, a.quick ? 1 : 2)),
@@ -103,6 +111,7 @@ function settings(argv: string[]): Settings | undefined {
     out: path.resolve(a.out ?? path.join(REPO_ROOT, '.bench', `results-${stamp}.json`)),
     writeDocs: a['write-docs'],
     quick: a.quick,
+    rgw: a.rgw,
   };
 }
 
@@ -175,6 +184,18 @@ async function main(): Promise<number> {
 
   const load = await LoadGenerator.start(s.loadProcesses, s.client);
   const preloaded = new Set<string>();
+  let rgw: Rgw | undefined;
+  const objectStore = async (w: Workload): Promise<KvsObjectStore | undefined> => {
+    if (w.objectStore === 'local') return localObjectStore();
+    if (w.objectStore !== 'rgw') return undefined;
+    if (!rgw) {
+      log('starting Ceph RGW for the -store-rgw workloads');
+      // Loaded only here: it brings the integration harness along.
+      const { startRgw } = await import('./rgw.js');
+      rgw = await startRgw();
+    }
+    return rgw.store();
+  };
   try {
     for (const w of s.workloads) {
       log(`${w.name}: ${w.summary}`);
@@ -186,7 +207,7 @@ async function main(): Promise<number> {
           targets = [{ name: s.endpoints.join(','), endpoints: s.endpoints }];
         } else {
           // Fresh servers for each workload: no history or garbage from earlier workloads.
-          for (const system of s.systems) servers.push(await startServer(system));
+          for (const system of s.systems) servers.push(await startServer(system, system === 'kvs' ? await objectStore(w) : undefined));
           targets = servers.map((server) => ({ name: server.system, endpoints: [server.endpoint], server }));
         }
         wr.results = await runWorkload(w, targets, load, s, preloaded);
@@ -200,6 +221,7 @@ async function main(): Promise<number> {
     }
   } finally {
     load.close();
+    await rgw?.stop();
     if (s.endpoints) {
       const kv = new KvClient(s.endpoints[0]!);
       try {

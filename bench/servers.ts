@@ -6,7 +6,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { KvClient } from './kv-client.js';
 import { etcdArgs, freePorts } from '../integration/loopback.js';
 import { processTree, pssBytes, rssBytes } from './proc.js';
@@ -205,15 +205,37 @@ function capture(child: ChildProcess): Tail {
 
 // ------------------------------------------------------------------ the two servers
 
-export function startKvs(): Promise<Server> {
-  return launch(
+/** An object store for a kvs node: its flags and credentials; `remove` drops what it holds. */
+export interface KvsObjectStore {
+  args: string[];
+  env: Record<string, string>;
+  remove(): Promise<void>;
+}
+
+/** A fresh local-directory object store (`--s3-endpoint file://<temp dir>`), sync upload on. */
+export async function localObjectStore(): Promise<KvsObjectStore> {
+  hook();
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-objects-'));
+  dirs.add(dir);
+  return {
+    args: ['--s3-endpoint', pathToFileURL(dir).href, '--s3-bucket', 'b', '--wal-sync-upload'],
+    env: {},
+    async remove() {
+      await rm(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+      dirs.delete(dir);
+    },
+  };
+}
+
+export async function startKvs(store?: KvsObjectStore): Promise<Server> {
+  const server = await launch(
     'kvs',
     async (dataDir) => {
       const [port] = await freePorts(1);
       const endpoint = `127.0.0.1:${port}`;
-      const child = spawn(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint], {
+      const child = spawn(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, ...(store?.args ?? [])], {
         cwd: REPO_ROOT,
-        env: env((k) => k.startsWith('KVS_')),
+        env: { ...env((k) => k.startsWith('KVS_')), ...store?.env },
         detached: true, // its own process group: supervisor, storage, gateway
         stdio: ['ignore', 'pipe', 'pipe'],
       });
@@ -221,6 +243,9 @@ export function startKvs(): Promise<Server> {
     },
     (d) => ({ db: path.join(d, 'db', 'data.mdb'), wal: path.join(d, 'wal') }),
   );
+  if (!store) return server;
+  const stop = server.stop;
+  return { ...server, stop: async () => (await stop(), await store.remove()) };
 }
 
 export function startEtcd(): Promise<Server> {
@@ -241,8 +266,9 @@ export function startEtcd(): Promise<Server> {
   );
 }
 
-export function startServer(system: System): Promise<Server> {
-  return system === 'kvs' ? startKvs() : startEtcd();
+/** `store`: kvs's object store (etcd runs without one). */
+export function startServer(system: System, store?: KvsObjectStore): Promise<Server> {
+  return system === 'kvs' ? startKvs(store) : startEtcd();
 }
 
 /** Installs Debian's etcd-server if /usr/bin/etcd is missing (without starting its daemon). */

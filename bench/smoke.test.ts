@@ -1,5 +1,5 @@
-// Smoke test of the benchmark suite: a --quick run of seq-put, seq-get and watch against kvs and
-// etcd must produce a JSON report with positive throughput for both systems and ordered
+// Smoke test of the benchmark suite: a --quick run of seq-put, seq-put-store-local (kvs on a
+// local-directory object store), seq-get and watch against kvs and etcd must produce a JSON report with positive throughput for both systems and ordered
 // percentiles. No timing thresholds: this checks the machinery, not the numbers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,14 +12,14 @@ import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
 
-test('bench --quick runs seq-put, seq-get and watch against kvs and etcd', { timeout: 90_000 }, async (t) => {
+test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against kvs and etcd', { timeout: 90_000 }, async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'results.json');
 
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
-  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'seq-put,seq-get,watch', '--out', out], {
+  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'seq-put,seq-put-store-local,seq-get,watch', '--out', out], {
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -33,7 +33,7 @@ test('bench --quick runs seq-put, seq-get and watch against kvs and etcd', { tim
   assert.equal(report.mode, 'kvs-vs-etcd');
   assert.ok(report.machine.cores > 0);
   assert.ok(report.machine.fsync.p50 > 0);
-  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'seq-get', 'watch']);
+  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'seq-put-store-local', 'seq-get', 'watch']);
   for (const w of report.workloads) {
     assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
     for (const r of w.results) {
@@ -47,4 +47,16 @@ test('bench --quick runs seq-put, seq-get and watch against kvs and etcd', { tim
     assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
   }
   assert.match(output, /\| seq-put/);
+  assert.match(output, /\| seq-put-store-local/);
+});
+
+test('bench: the RGW workloads need --rgw', async () => {
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  const child = spawn(process.execPath, [MAIN, '--workloads', 'seq-put-store-rgw'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 2);
+  assert.match(output, /seq-put-store-rgw need --rgw \(Ceph RGW\)/);
 });

@@ -73,7 +73,14 @@ export interface Workload {
   measure?(target: MeasureTarget, run: RunSummary, opts: WorkloadOptions): Promise<Record<string, number>>;
   /** Which of `measure`'s numbers the table shows. */
   metrics?: Metric[];
+  /**
+   * kvs runs with an object store and `--wal-sync-upload` (each batch uploaded before it is
+   * acknowledged): a local directory, or Ceph RGW (`--rgw`). etcd runs as always.
+   */
+  objectStore?: ObjectStoreKind;
 }
+
+export type ObjectStoreKind = 'local' | 'rgw';
 
 /** Throws unless an encoded RangeResponse holds exactly `n` key-values. */
 export function expectKvs(res: Buffer, n: number): void {

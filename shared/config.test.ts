@@ -19,6 +19,18 @@ test('every flag has a KVS_* variable and survives the round trip to a component
   assert.deepEqual(back, cfg);
 });
 
+test('string flags stay strings: a number-like value, an empty one passed on to a component', () => {
+  // What the argument parser (mri, under sade) yields for `--s3-prefix 2024 --s3-bucket 7`.
+  const cfg = resolveConfig({ 's3-prefix': 2024, 's3-bucket': 7 }, {});
+  assert.equal(cfg.s3Prefix, '2024');
+  assert.equal(cfg.s3Bucket, '7');
+  // An empty prefix (the default) is not sent as `--s3-prefix=`, which parses as true.
+  const empty = resolveConfig({ 's3-bucket': 'b' }, {});
+  assert.equal(empty.s3Prefix, '');
+  assert.ok(!configArgs(empty).some((a) => a.startsWith('--s3-prefix')), configArgs(empty).join(' '));
+  assert.throws(() => resolveConfig({ 's3-bucket': true }, {}), /--s3-bucket needs a value/);
+});
+
 test('bad values are refused with the flag named', () => {
   assert.throws(() => resolveConfig({ listen: 'nonsense' }, {}), /--listen must be host:port/);
   assert.throws(() => resolveConfig({ 'read-consistency': 'eventual' }, {}), /--read-consistency/);

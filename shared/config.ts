@@ -71,6 +71,9 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
     if (v === undefined || v === '') v = f.default;
     if (f.type === 'boolean' && typeof v === 'string') v = v === 'true' || v === '1';
     if (f.type === 'number' && typeof v === 'string') v = Number(v);
+    // The parser (mri) makes `--s3-prefix 123` a number and a bare `--s3-prefix` true.
+    if (f.type === 'string' && v === true) throw new Error(`--${f.flag} needs a value`);
+    if (f.type === 'string' && v !== undefined) v = String(v);
     out[camel(f.flag)] = v;
   }
   const cfg = out as unknown as Config;
@@ -90,7 +93,8 @@ export function configArgs(cfg: Config): string[] {
   const args: string[] = [];
   for (const f of RUN_FLAGS) {
     const v = (cfg as unknown as Record<string, unknown>)[camel(f.flag)];
-    if (v !== undefined) args.push(`--${f.flag}=${String(v)}`);
+    // `--flag=` would parse as true: an empty value is left to the default.
+    if (v !== undefined && v !== '') args.push(`--${f.flag}=${String(v)}`);
   }
   return args;
 }
