@@ -1,0 +1,104 @@
+// The v3lockpb.Lock and v3electionpb.Election gRPC services, as etcd 3.4 serves them
+// (etcdserver/api/v3lock, v3election): each call opens a "session" on the request's lease
+// (a lease of 60 s is granted when the request names none, and never kept alive), runs the
+// recipe, and answers. Errors reach the client with code Unknown and etcd's text, because
+// etcd's own services get them back from an embedded client.
+import * as grpc from '@grpc/grpc-js';
+import { service, bigint, num } from '../../../shared/proto/index.js';
+import { EtcdError } from '../../../shared/errors.js';
+import type { Logger } from '../../../shared/log.js';
+import type { Backend } from './backend.js';
+import * as recipes from './recipes.js';
+
+type Unary = (call: grpc.ServerUnaryCall<any, unknown>, cb: grpc.sendUnaryData<unknown>) => void;
+
+function toStatus(err: unknown): Partial<grpc.StatusObject> {
+  if (err instanceof recipes.Cancelled) return { code: grpc.status.CANCELLED, details: 'context canceled' };
+  if (err instanceof recipes.RecipeError) return { code: grpc.status.UNKNOWN, details: err.message };
+  // kvs's own unavailability stays retryable; etcd's errors arrive as an embedded client's.
+  if (err instanceof EtcdError) return { code: err.code === grpc.status.UNAVAILABLE ? err.code : grpc.status.UNKNOWN, details: err.message };
+  return { code: grpc.status.INTERNAL, details: `kvs: ${(err as Error)?.message ?? String(err)}` };
+}
+
+/** An AbortSignal that fires when the client cancels the call or its deadline passes. */
+function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): AbortSignal {
+  const ac = new AbortController();
+  call.on('cancelled', () => ac.abort());
+  return ac.signal;
+}
+
+/** concurrency.NewSession(WithLease(lease)): lease 0 means a new lease of the default TTL. */
+async function sessionLease(b: Backend, lease: unknown): Promise<bigint> {
+  const id = bigint(lease as number);
+  return id === 0n ? b.grantLease(recipes.DEFAULT_SESSION_TTL) : id;
+}
+
+/** Runs `fn` and answers with its result, or with its error as etcd would send it. */
+function unary(log: Logger, method: string, fn: (call: grpc.ServerUnaryCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
+  return (call, cb) => {
+    const signal = callSignal(call);
+    fn(call, signal).then(
+      (res) => cb(null, res),
+      (err) => {
+        if (!(err instanceof recipes.Cancelled) && !(err instanceof recipes.RecipeError) && !(err instanceof EtcdError)) log.error({ err, method }, 'concurrency call failed');
+        cb(toStatus(err));
+      },
+    );
+  };
+}
+
+export function lockService(b: Backend, log: Logger) {
+  const def = service('v3lockpb.Lock');
+  const impl = {
+    Lock: unary(log, 'Lock', async (call, signal) => {
+      const lease = await sessionLease(b, call.request.lease);
+      return recipes.lock(b, call.request.name, lease, signal);
+    }),
+    // etcd's Unlock is a plain delete of the ownership key.
+    Unlock: unary(log, 'Unlock', async (call) => ({ header: await b.deleteKey(Buffer.from(call.request.key)) })),
+  };
+  return { def, impl };
+}
+
+interface LeaderKeyMessage { name: Uint8Array; key: Uint8Array; rev: unknown; lease: unknown }
+
+function leaderKey(l: LeaderKeyMessage | null | undefined): { key: Buffer; rev: number; lease: unknown } {
+  if (!l) throw recipes.RecipeErrors.missingLeaderKey();
+  return { key: Buffer.from(l.key), rev: num(l.rev as number), lease: l.lease };
+}
+
+export function electionService(b: Backend, log: Logger) {
+  const def = service('v3electionpb.Election');
+  const impl = {
+    Campaign: unary(log, 'Campaign', async (call, signal) => {
+      const lease = await sessionLease(b, call.request.lease);
+      const r = await recipes.campaign(b, call.request.name, lease, call.request.value, signal);
+      return { header: r.header, leader: { name: r.leader.name, key: r.leader.key, rev: r.leader.rev, lease: r.leader.lease.toString() } };
+    }),
+    Proclaim: unary(log, 'Proclaim', async (call) => {
+      const l = leaderKey(call.request.leader);
+      const lease = await sessionLease(b, l.lease);
+      return { header: await recipes.proclaim(b, l, lease, call.request.value) };
+    }),
+    Resign: unary(log, 'Resign', async (call) => {
+      const l = leaderKey(call.request.leader);
+      await sessionLease(b, l.lease);
+      return { header: await recipes.resign(b, l) };
+    }),
+    Leader: unary(log, 'Leader', async (call) => recipes.leader(b, call.request.name)),
+    Observe(call: grpc.ServerWritableStream<{ name: Uint8Array }, unknown>) {
+      const signal = callSignal(call);
+      const send = (header: unknown, kv: unknown) =>
+        new Promise<void>((resolve) => {
+          if (call.write({ header, kv })) resolve();
+          else call.once('drain', () => resolve());
+        });
+      recipes.observe(b, call.request.name, signal, send).catch((err) => {
+        if (signal.aborted) return;
+        if (!(err instanceof recipes.RecipeError) && !(err instanceof EtcdError)) log.error({ err }, 'election observe failed');
+        call.emit('error', toStatus(err));
+      });
+    },
+  };
+  return { def, impl };
+}
