@@ -18,6 +18,9 @@ import { parseDuration } from '../../shared/duration.js';
 import { Hub } from './watch/hub.js';
 import { FeedLink } from './watch/feed-link.js';
 import { watchService } from './watch/service.js';
+import { gatewayBackend } from './concurrency/gateway-backend.js';
+import { hubWatch } from './concurrency/hub-watch.js';
+import { lockService, electionService } from './concurrency/services.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel);
@@ -30,6 +33,8 @@ export async function runGateway(cfg: Config): Promise<void> {
   const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
   const streams = new OpenStreams();
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
+  // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
+  const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
   const server = new grpc.Server({
     // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
     'grpc.max_receive_message_length': MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
@@ -37,7 +42,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log), electionService(concurrency, log)]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>

@@ -93,10 +93,12 @@ export function electionService(b: Backend, log: Logger) {
           if (call.write({ header, kv })) resolve();
           else call.once('drain', () => resolve());
         });
+      // As etcd's Observe: when its watch fails (e.g. its revision was compacted) the stream
+      // just ends, with status OK; the client observes again.
       recipes.observe(b, call.request.name, signal, send).catch((err) => {
         if (signal.aborted) return;
-        if (!(err instanceof recipes.RecipeError) && !(err instanceof EtcdError)) log.error({ err }, 'election observe failed');
-        call.emit('error', toStatus(err));
+        log.warn({ err }, 'election observe ended');
+        call.end();
       });
     },
   };
