@@ -10,6 +10,7 @@ import { num } from '../../../shared/proto/index.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
 import { SortOrder, SortTarget } from '../../../shared/mvcc/range.js';
 import type { Backend, KeyValueMessage, RangeRequest, WatchBatch } from './backend.js';
+import { prefixEnd as keyRangePrefixEnd } from '../watch/key-range.js';
 
 export class RecipeError extends Error {}
 
@@ -30,15 +31,9 @@ export const DEFAULT_SESSION_TTL = 60;
 const CREATE = 1; // etcdserverpb.Compare.CompareTarget.CREATE
 const EQUAL = 0; // etcdserverpb.Compare.CompareResult.EQUAL
 
+/** etcd's GetPrefixRangeEnd: the range_end of every key starting with `prefix`. */
 export function prefixEnd(prefix: Buffer): Buffer {
-  const end = Buffer.from(prefix);
-  for (let i = end.length - 1; i >= 0; i--) {
-    if (end[i]! < 0xff) {
-      end[i]!++;
-      return end.subarray(0, i + 1);
-    }
-  }
-  return Buffer.from([0]);
+  return keyRangePrefixEnd(prefix) ?? Buffer.from([0]);
 }
 
 /** `name/`: the prefix a lock or an election keeps its contenders under. */
