@@ -243,3 +243,40 @@ test('etcdctl lock and elect behave as against etcd', { timeout: 180_000 }, asyn
     'election keys left: ',
   ]);
 });
+
+test('a gateway restart ends a blocked Lock and an Observe stream at once with UNAVAILABLE', { timeout: 180_000 }, async (t) => {
+  const kvs = await startKvs(t);
+  const locks = grpcClient(t, LockCtor, kvs.endpoint);
+  const leases = grpcClient(t, LeaseCtor, kvs.endpoint);
+  const elections = grpcClient(t, ElectionCtor, kvs.endpoint);
+  await unary(locks, 'Lock', { name: Buffer.from('held'), lease: await grant(leases, 60) });
+  const blocked = unary(locks, 'Lock', { name: Buffer.from('held'), lease: await grant(leases, 60) }).then(
+    () => assert.fail('the second Lock must not succeed while the first holds the lock'),
+    (err: grpc.ServiceError) => err,
+  );
+  await unary(elections, 'Campaign', { name: Buffer.from('office'), lease: await grant(leases, 60), value: Buffer.from('me') });
+  const observe = elections.Observe({ name: Buffer.from('office') });
+  const observed = once(observe, 'data');
+  const ended = new Promise<grpc.ServiceError>((resolve) => observe.on('error', resolve));
+  await observed;
+  // The blocked Lock has reached the gateway once it has created its waiter key.
+  await waitForKeys(client(t, kvs.endpoint), 'held/', 2);
+  const r = await kvs.ctl(['restart', 'gateway']);
+  assert.equal(r.exitCode, 0, r.stderr);
+  for (const err of [await blocked, await ended]) {
+    assert.deepEqual([err.code, err.details], [grpc.status.UNAVAILABLE, 'kvs: gateway is shutting down']);
+  }
+});
+
+const ElectionCtor = grpc.makeGenericClientConstructor(service('v3electionpb.Election'), 'Election');
+
+async function waitForKeys(kv: Etcd3, prefix: string, n: number): Promise<void> {
+  const watcher = await kv.watch().prefix(prefix).create();
+  try {
+    const count = () => kv.getAll().prefix(prefix).count();
+    if ((await count()) >= n) return;
+    await new Promise<void>((resolve) => watcher.on('put', async () => ((await count()) >= n ? resolve() : undefined)));
+  } finally {
+    await watcher.cancel();
+  }
+}

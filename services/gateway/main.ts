@@ -32,6 +32,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const hub = new Hub(db, log);
   const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
   const streams = new OpenStreams();
+  const stopping = new AbortController();
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
   // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
@@ -42,7 +43,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     'grpc.keepalive_permit_without_calls': 1,
     'grpc.http2.min_ping_interval_without_data_ms': 5000,
   });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log), electionService(concurrency, log)]) {
+  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log, stopping.signal), electionService(concurrency, log, stopping.signal)]) {
     server.addService(def, impl as grpc.UntypedServiceImplementation);
   }
   await new Promise<void>((resolve, reject) =>
@@ -52,6 +53,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     async stop() {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
+      stopping.abort();
       await shutdown(server, 5000);
       feed.close();
       link.close();

@@ -20,12 +20,23 @@ function toStatus(err: unknown): Partial<grpc.StatusObject> {
   return { code: grpc.status.INTERNAL, details: `kvs: ${(err as Error)?.message ?? String(err)}` };
 }
 
-/** An AbortSignal that fires when the client cancels the call or its deadline passes. */
-function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): AbortSignal {
+/**
+ * An AbortSignal that fires when the client cancels the call or its deadline passes, or when
+ * the gateway stops (`stopping`): a blocked Lock or Campaign, or an Observe stream, would
+ * otherwise hold the stop for its whole grace period.
+ */
+function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, stopping: AbortSignal): AbortSignal {
   const ac = new AbortController();
-  call.on('cancelled', () => ac.abort());
+  const abort = () => ac.abort();
+  call.on('cancelled', abort);
+  // Listeners on the gateway-wide signal are removed with the call, so they don't pile up.
+  stopping.addEventListener('abort', abort, { once: true });
+  call.on('close', () => stopping.removeEventListener('abort', abort));
+  if (stopping.aborted) abort();
   return ac.signal;
 }
+
+const SHUTTING_DOWN = { code: grpc.status.UNAVAILABLE, details: 'kvs: gateway is shutting down' };
 
 /** concurrency.NewSession(WithLease(lease)): lease 0 means a new lease of the default TTL. */
 async function sessionLease(b: Backend, lease: unknown): Promise<bigint> {
@@ -34,12 +45,13 @@ async function sessionLease(b: Backend, lease: unknown): Promise<bigint> {
 }
 
 /** Runs `fn` and answers with its result, or with its error as etcd would send it. */
-function unary(log: Logger, method: string, fn: (call: grpc.ServerUnaryCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
+function unary(log: Logger, stopping: AbortSignal, method: string, fn: (call: grpc.ServerUnaryCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
   return (call, cb) => {
-    const signal = callSignal(call);
+    const signal = callSignal(call, stopping);
     fn(call, signal).then(
       (res) => cb(null, res),
       (err) => {
+        if (stopping.aborted) return cb(SHUTTING_DOWN);
         if (!(err instanceof recipes.Cancelled) && !(err instanceof recipes.RecipeError) && !(err instanceof EtcdError)) log.error({ err, method }, 'concurrency call failed');
         cb(toStatus(err));
       },
@@ -47,15 +59,16 @@ function unary(log: Logger, method: string, fn: (call: grpc.ServerUnaryCall<any,
   };
 }
 
-export function lockService(b: Backend, log: Logger) {
+/** `stopping` fires when the gateway stops: blocked calls and streams then end with UNAVAILABLE. */
+export function lockService(b: Backend, log: Logger, stopping: AbortSignal) {
   const def = service('v3lockpb.Lock');
   const impl = {
-    Lock: unary(log, 'Lock', async (call, signal) => {
+    Lock: unary(log, stopping, 'Lock', async (call, signal) => {
       const lease = await sessionLease(b, call.request.lease);
       return recipes.lock(b, call.request.name, lease, signal);
     }),
     // etcd's Unlock is a plain delete of the ownership key.
-    Unlock: unary(log, 'Unlock', async (call) => ({ header: await b.deleteKey(Buffer.from(call.request.key)) })),
+    Unlock: unary(log, stopping, 'Unlock', async (call) => ({ header: await b.deleteKey(Buffer.from(call.request.key)) })),
   };
   return { def, impl };
 }
@@ -67,27 +80,28 @@ function leaderKey(l: LeaderKeyMessage | null | undefined): { key: Buffer; rev: 
   return { key: Buffer.from(l.key), rev: num(l.rev as number), lease: l.lease };
 }
 
-export function electionService(b: Backend, log: Logger) {
+export function electionService(b: Backend, log: Logger, stopping: AbortSignal) {
   const def = service('v3electionpb.Election');
   const impl = {
-    Campaign: unary(log, 'Campaign', async (call, signal) => {
+    Campaign: unary(log, stopping, 'Campaign', async (call, signal) => {
       const lease = await sessionLease(b, call.request.lease);
       const r = await recipes.campaign(b, call.request.name, lease, call.request.value, signal);
       return { header: r.header, leader: { name: r.leader.name, key: r.leader.key, rev: r.leader.rev, lease: r.leader.lease.toString() } };
     }),
-    Proclaim: unary(log, 'Proclaim', async (call) => {
+    Proclaim: unary(log, stopping, 'Proclaim', async (call) => {
       const l = leaderKey(call.request.leader);
       const lease = await sessionLease(b, l.lease);
       return { header: await recipes.proclaim(b, l, lease, call.request.value) };
     }),
-    Resign: unary(log, 'Resign', async (call) => {
+    Resign: unary(log, stopping, 'Resign', async (call) => {
       const l = leaderKey(call.request.leader);
       await sessionLease(b, l.lease);
       return { header: await recipes.resign(b, l) };
     }),
-    Leader: unary(log, 'Leader', async (call) => recipes.leader(b, call.request.name)),
+    Leader: unary(log, stopping, 'Leader', async (call) => recipes.leader(b, call.request.name)),
     Observe(call: grpc.ServerWritableStream<{ name: Uint8Array }, unknown>) {
-      const signal = callSignal(call);
+      const signal = callSignal(call, stopping);
+      signal.addEventListener('abort', () => stopping.aborted && call.emit('error', SHUTTING_DOWN), { once: true });
       const send = (header: unknown, kv: unknown) =>
         new Promise<void>((resolve) => {
           if (call.write({ header, kv })) resolve();
