@@ -15,7 +15,7 @@ import { Tally, type Target } from './tally.js';
 import { PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
 import { RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
 
-const HELP = `Usage: npm run bench -- [flags]     (or: node dist/bench/main.js [flags])
+const HELP = `Usage: npx kvs bench [flags]     (or: npm run bench -- [flags])
 
 Starts kvs and etcd 3.4 on loopback free ports with temp data dirs (fresh ones for each
 workload), runs each workload against both in alternating rounds, prints a table and writes

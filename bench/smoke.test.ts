@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
+const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
 
 test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against kvs and etcd', { timeout: 90_000 }, async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
@@ -50,10 +51,10 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
   assert.match(output, /\| seq-put-store-local/);
 });
 
-test('bench: the RGW workloads need --rgw', async () => {
+test('kvs bench: the RGW workloads need --rgw', async () => {
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [MAIN, '--workloads', 'seq-put-store-rgw'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--workloads', 'seq-put-store-rgw'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stderr.on('data', (b: Buffer) => (output += b));
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));

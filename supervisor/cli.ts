@@ -160,4 +160,16 @@ withRunFlags(prog.command('restore').describe('Restore a data directory from the
 
 registerObjectStoreCommands(prog, config, fail);
 
-prog.parse(process.argv);
+// Listed here for `kvs --help`; the benchmark parses its own flags (`kvs bench --help`).
+prog
+  .command('bench')
+  .describe('Benchmark kvs against etcd 3.4 in one run, or any etcd v3 endpoint with --endpoints (see docs/benchmarks.md; every flag: kvs bench --help)')
+  .example('bench --quick')
+  .example('bench --endpoints 10.0.0.5:2379 --workloads seq-put,par-get');
+
+if (process.argv[2] === 'bench') {
+  process.argv.splice(2, 1);
+  await import('../bench/main.js');
+} else {
+  prog.parse(process.argv);
+}
