@@ -25,15 +25,20 @@ function toStatus(err: unknown): Partial<grpc.StatusObject> {
  * the gateway stops (`stopping`): a blocked Lock or Campaign, or an Observe stream, would
  * otherwise hold the stop for its whole grace period.
  */
-function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, stopping: AbortSignal): AbortSignal {
+export function callSignal(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  stopping: AbortSignal,
+): { signal: AbortSignal; release: () => void } {
   const ac = new AbortController();
   const abort = () => ac.abort();
   call.on('cancelled', abort);
-  // Listeners on the gateway-wide signal are removed with the call, so they don't pile up.
   stopping.addEventListener('abort', abort, { once: true });
-  call.on('close', () => stopping.removeEventListener('abort', abort));
   if (stopping.aborted) abort();
-  return ac.signal;
+  // The listener on the gateway-wide signal must go with the call, or they pile up: a stream
+  // emits 'close'; a unary call emits nothing, so its caller releases it when it answers.
+  const release = () => stopping.removeEventListener('abort', abort);
+  call.on('close', release);
+  return { signal: ac.signal, release };
 }
 
 const SHUTTING_DOWN = { code: grpc.status.UNAVAILABLE, details: 'kvs: gateway is shutting down' };
@@ -47,10 +52,14 @@ async function sessionLease(b: Backend, lease: unknown): Promise<bigint> {
 /** Runs `fn` and answers with its result, or with its error as etcd would send it. */
 function unary(log: Logger, stopping: AbortSignal, method: string, fn: (call: grpc.ServerUnaryCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
   return (call, cb) => {
-    const signal = callSignal(call, stopping);
+    const { signal, release } = callSignal(call, stopping);
     fn(call, signal).then(
-      (res) => cb(null, res),
+      (res) => {
+        release();
+        cb(null, res);
+      },
       (err) => {
+        release();
         if (stopping.aborted) return cb(SHUTTING_DOWN);
         if (!(err instanceof recipes.Cancelled) && !(err instanceof recipes.RecipeError) && !(err instanceof EtcdError)) log.error({ err, method }, 'concurrency call failed');
         cb(toStatus(err));
@@ -100,7 +109,7 @@ export function electionService(b: Backend, log: Logger, stopping: AbortSignal) 
     }),
     Leader: unary(log, stopping, 'Leader', async (call) => recipes.leader(b, call.request.name)),
     Observe(call: grpc.ServerWritableStream<{ name: Uint8Array }, unknown>) {
-      const signal = callSignal(call, stopping);
+      const { signal } = callSignal(call, stopping);
       signal.addEventListener('abort', () => stopping.aborted && call.emit('error', SHUTTING_DOWN), { once: true });
       const send = (header: unknown, kv: unknown) =>
         new Promise<void>((resolve) => {
