@@ -10,18 +10,7 @@ import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { encode } from '../shared/proto/index.js';
 import { client, startEtcd, startKvs } from './harness.js';
-
-/** A small seeded PRNG (mulberry32), so a failing random body can be reproduced. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from './differential.js';
 
 function randomBytes(rnd: () => number, n: number): Buffer {
   const b = Buffer.alloc(n);
