@@ -2,6 +2,7 @@
 // read issued after a write was acknowledged sees it); writes go to storage as the client's
 // own bytes, and storage's encoded response comes back as is.
 import * as grpc from '@grpc/grpc-js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { service } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { range } from '../../shared/mvcc/range.js';
@@ -17,7 +18,7 @@ export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.S
   return { code: grpc.status.INTERNAL, details: `kvs: ${(err as Error)?.message ?? String(err)}` };
 }
 
-type Unary<Req> = (call: grpc.ServerUnaryCall<Req, Buffer>, cb: grpc.sendUnaryData<Buffer>) => void;
+type Unary<Req> = (call: ServerCall<Req, Buffer>, cb: UnaryCallback<Buffer>) => void;
 
 /** A unary call whose request bytes go to storage as they came, and whose answer comes back as is. */
 export function forward(link: StorageLink, op: number): Unary<Buffer> {
@@ -34,7 +35,7 @@ export function forward(link: StorageLink, op: number): Unary<Buffer> {
 export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo) {
   const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
   const impl = {
-    Range(call: grpc.ServerUnaryCall<RangeRequest, Buffer>, cb: grpc.sendUnaryData<Buffer>) {
+    Range(call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) {
       try {
         db.env.resetReadTxn();
         const rr = range(db, rangeParams(call.request));

@@ -3,6 +3,7 @@
 // live deadlines without a WAL write. Requests travel as the client's bytes, and storage's
 // encoded answers come back as they are.
 import * as grpc from '@grpc/grpc-js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { service } from '../../shared/proto/index.js';
 import type { StorageLink } from './storage-client.js';
 import type { OpenStreams } from '../../shared/grpc/server.js';
@@ -33,7 +34,7 @@ export function leaseService(writes: StorageLink, leases: StorageLink, open: Ope
  * status, as etcd does; clients open a new one.
  */
 function keepAlive(leases: StorageLink, open: OpenStreams) {
-  return (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+  return (call: ServerCall<Buffer, Buffer>) => {
     open.add(call);
     let last: Promise<unknown> = Promise.resolve();
     let failed = false;

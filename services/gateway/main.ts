@@ -1,11 +1,11 @@
 // The gateway process: the client port. Serves the etcd v3 services, reads LMDB directly
 // (read-only) and sends writes to the storage process.
-import * as grpc from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
 import { socketPath } from '../../shared/config.js';
 import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
-import { shutdown, OpenStreams } from '../../shared/grpc/server.js';
+import { OpenStreams } from '../../shared/grpc/server.js';
+import { GrpcServer } from '../../shared/grpc/http2-server.js';
 import { installLifecycle, signalReady } from '../../shared/component.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
 import { StorageLink } from './storage-client.js';
@@ -36,25 +36,18 @@ export async function runGateway(cfg: Config): Promise<void> {
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
   // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
-  const server = new grpc.Server({
-    // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
-    'grpc.max_receive_message_length': MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
-    'grpc.max_send_message_length': 2 ** 31 - 1,
-    'grpc.keepalive_permit_without_calls': 1,
-    'grpc.http2.min_ping_interval_without_data_ms': 5000,
-  });
+  // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
+  const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES });
   for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log, stopping.signal), electionService(concurrency, log, stopping.signal)]) {
-    server.addService(def, impl as grpc.UntypedServiceImplementation);
+    server.addService(def, impl as Record<string, unknown>);
   }
-  await new Promise<void>((resolve, reject) =>
-    server.bindAsync(cfg.listen, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(new Error(`cannot listen on ${cfg.listen}: ${err.message}`)) : resolve())),
-  );
+  await server.listen(cfg.listen);
   installLifecycle(log, {
     async stop() {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
       stopping.abort();
-      await shutdown(server, 5000);
+      await server.shutdown(5000);
       feed.close();
       link.close();
       leaseLink.close();

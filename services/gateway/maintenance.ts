@@ -2,6 +2,7 @@
 // (etcdserver/api/v3rpc/maintenance.go), and etcdserverpb.Cluster (MemberList). Membership is
 // not managed through this API: nodes join by sharing the object store.
 import * as grpc from '@grpc/grpc-js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { service, num } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../shared/mvcc/schema.js';
@@ -13,14 +14,14 @@ import { toServiceError } from './kv.js';
 import { streamSnapshot } from './snapshot.js';
 import { VERSION } from '../../shared/version.js';
 
-type Handler = (call: grpc.ServerUnaryCall<any, unknown>, cb: grpc.sendUnaryData<unknown>) => void;
+type Handler = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => void;
 
 const AlarmAction = { GET: 0, ACTIVATE: 1, DEACTIVATE: 2 } as const;
 
 export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, log: Logger) {
   const def = service('etcdserverpb.Maintenance');
   /** Runs `fn` in a fresh read snapshot; its errors become etcd's gRPC errors. */
-  const read = (cb: grpc.sendUnaryData<unknown>, fn: () => unknown) => {
+  const read = (cb: UnaryCallback<unknown>, fn: () => unknown) => {
     try {
       db.env.resetReadTxn();
       cb(null, fn());
@@ -79,7 +80,7 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
       if (target != null && target.toString() === node.memberId) return cb(null, {});
       cb({ code: grpc.status.FAILED_PRECONDITION, details: 'etcdserver: bad leader transferee' });
     },
-    Snapshot(call: grpc.ServerWritableStream<unknown, any>) {
+    Snapshot(call: ServerCall<unknown, any>) {
       void streamSnapshot(db, dataDir, call, log);
     },
   };

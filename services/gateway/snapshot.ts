@@ -7,6 +7,7 @@
 // process's read-only environment: it reads one read transaction, so it is consistent, it
 // does not block the storage process's writes, and it leaves free pages out.
 import { createHash } from 'node:crypto';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -32,7 +33,7 @@ export function removeStaleSnapshots(dataDir: string): void {
 }
 
 interface SnapshotMessage { remainingBytes: number; blob: Buffer }
-type Call = grpc.ServerWritableStream<unknown, SnapshotMessage>;
+type Call = ServerCall<unknown, SnapshotMessage>;
 
 function writeMessage(call: Call, msg: SnapshotMessage): Promise<void> {
   return new Promise((resolve) => {

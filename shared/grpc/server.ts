@@ -35,10 +35,16 @@ export function shutdown(server: grpc.Server, graceMs = 5000): Promise<void> {
  * ends them at once with UNAVAILABLE, which clients answer by reconnecting, instead of the
  * server's grace period waiting for streams that never end by themselves.
  */
-export class OpenStreams {
-  private readonly calls = new Set<grpc.ServerDuplexStream<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
+/** What OpenStreams needs of a server stream (grpc-js's or the client port's ServerCall). */
+interface EndableStream {
+  on(event: string, listener: () => void): unknown;
+  emit(event: 'error', status: { code: number; details: string }): unknown;
+}
 
-  add(call: grpc.ServerDuplexStream<any, any> | grpc.ServerWritableStream<any, any>): void {
+export class OpenStreams {
+  private readonly calls = new Set<EndableStream>();
+
+  add(call: EndableStream): void {
     this.calls.add(call);
     call.on('close', () => this.calls.delete(call));
     call.on('error', () => this.calls.delete(call));

@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter, getEventListeners } from 'node:events';
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerCall } from '../../../shared/grpc/http2-server.js';
 import { callSignal } from './services.js';
 
-type Call = grpc.ServerUnaryCall<unknown, unknown>;
+type Call = ServerCall;
 
 test("a call's signal fires on cancel and on the gateway's stop, and leaves no listener on the stop signal", () => {
   const stopping = new AbortController();

@@ -4,13 +4,14 @@
 // recipe, and answers. Errors reach the client with code Unknown and etcd's text, because
 // etcd's own services get them back from an embedded client.
 import * as grpc from '@grpc/grpc-js';
+import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
 import { service, bigint, num } from '../../../shared/proto/index.js';
 import { EtcdError } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';
 import type { Backend } from './backend.js';
 import * as recipes from './recipes.js';
 
-type Unary = (call: grpc.ServerUnaryCall<any, unknown>, cb: grpc.sendUnaryData<unknown>) => void;
+type Unary = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => void;
 
 function toStatus(err: unknown): Partial<grpc.StatusObject> {
   if (err instanceof recipes.Cancelled) return { code: grpc.status.CANCELLED, details: 'context canceled' };
@@ -26,7 +27,7 @@ function toStatus(err: unknown): Partial<grpc.StatusObject> {
  * otherwise hold the stop for its whole grace period.
  */
 export function callSignal(
-  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  call: Pick<ServerCall, 'on'>,
   stopping: AbortSignal,
 ): { signal: AbortSignal; release: () => void } {
   const ac = new AbortController();
@@ -50,7 +51,7 @@ async function sessionLease(b: Backend, lease: unknown): Promise<bigint> {
 }
 
 /** Runs `fn` and answers with its result, or with its error as etcd would send it. */
-function unary(log: Logger, stopping: AbortSignal, method: string, fn: (call: grpc.ServerUnaryCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
+function unary(log: Logger, stopping: AbortSignal, method: string, fn: (call: ServerCall<any, unknown>, signal: AbortSignal) => Promise<unknown>): Unary {
   return (call, cb) => {
     const { signal, release } = callSignal(call, stopping);
     fn(call, signal).then(
@@ -108,7 +109,7 @@ export function electionService(b: Backend, log: Logger, stopping: AbortSignal) 
       return { header: await recipes.resign(b, l) };
     }),
     Leader: unary(log, stopping, 'Leader', async (call) => recipes.leader(b, call.request.name)),
-    Observe(call: grpc.ServerWritableStream<{ name: Uint8Array }, unknown>) {
+    Observe(call: ServerCall<{ name: Uint8Array }, unknown>) {
       const { signal } = callSignal(call, stopping);
       signal.addEventListener('abort', () => stopping.aborted && call.emit('error', SHUTTING_DOWN), { once: true });
       const send = (header: unknown, kv: unknown) =>

@@ -1,0 +1,473 @@
+// The client port's gRPC server, written on node:http2 directly.
+//
+// Why not @grpc/grpc-js's Server: on this project's 2-core reference machine its server path
+// (metadata objects, interceptor chain, several event-loop hops per call) cost about as much
+// CPU per unary call as the whole Range it serves, and ~30 µs per streamed watch response
+// (docs/benchmarks.md). This server speaks the same wire protocol (gRPC over HTTP/2, h2c) with
+// the parts etcd's clients use: unary, server-streaming and bidi calls, grpc-timeout,
+// gzip/deflate request messages, the receive size limit, status trailers, and grpc-go's
+// texts for the errors gRPC itself raises (what etcd's clients get from etcd). The services
+// see a call object with the subset of grpc-js's server-call surface they use, so they are
+// written as for grpc-js: `call.request`, `cb(err, res)`, `write`/`end`, `'data'`/`'end'`/
+// `'cancelled'`/`'close'`/`'drain'` events and `emit('error', status)` to fail a stream.
+import http2 from 'node:http2';
+import zlib from 'node:zlib';
+import { EventEmitter } from 'node:events';
+import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
+
+/** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
+export interface StatusLike {
+  code?: number;
+  details?: string;
+  message?: string;
+}
+
+export type UnaryCallback<Res> = (err: StatusLike | null | undefined, value?: Res) => void;
+
+export interface ServerOptions {
+  /** The largest request message accepted (grpc's max receive message length). */
+  maxReceiveMessageLength: number;
+}
+
+const {
+  HTTP2_HEADER_PATH,
+  HTTP2_HEADER_METHOD,
+  HTTP2_HEADER_CONTENT_TYPE,
+  HTTP2_HEADER_STATUS,
+} = http2.constants;
+
+const RESPONSE_HEADERS = {
+  [HTTP2_HEADER_STATUS]: 200,
+  [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc',
+  'grpc-accept-encoding': 'identity,deflate,gzip',
+};
+const OK_TRAILERS = { 'grpc-status': '0' };
+const WAIT_FOR_TRAILERS = { waitForTrailers: true };
+const END_STREAM = { endStream: true };
+
+/** grpc-message is percent-encoded (gRPC's HTTP/2 protocol): bytes outside 0x20–0x7E and '%'. */
+export function encodeGrpcMessage(text: string): string {
+  let plain = true;
+  for (let i = 0; i < text.length && plain; i++) {
+    const c = text.charCodeAt(i);
+    plain = c >= 0x20 && c <= 0x7e && c !== 0x25;
+  }
+  if (plain) return text;
+  let out = '';
+  for (const byte of Buffer.from(text, 'utf8')) {
+    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
+}
+
+const TIMEOUT_UNITS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
+
+/** grpc-timeout ("<digits><unit>") in milliseconds, or undefined if absent or malformed. */
+export function parseTimeout(value: string | string[] | undefined): number | undefined {
+  if (typeof value !== 'string') return undefined;
+  const m = /^(\d{1,8})([HMSmun])$/.exec(value);
+  return m ? Number(m[1]) * TIMEOUT_UNITS[m[2]] : undefined;
+}
+
+/** The length-prefixed message frame: flag byte 0 (not compressed), 4-byte length, message. */
+function frame(message: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(5 + message.length);
+  out[0] = 0;
+  out.writeUInt32BE(message.length, 1);
+  message.copy(out, 5);
+  return out;
+}
+
+type Method = MethodDefinition<any, any>;
+type Handler = (call: ServerCall<any, any>, cb: UnaryCallback<any>) => void;
+
+interface Route {
+  method: Method;
+  handler: Handler;
+  kind: 'unary' | 'serverStream' | 'clientStream' | 'bidi';
+}
+
+/**
+ * One call on the client port. Unary and server-streaming handlers get it with `request`
+ * set; bidi handlers read 'data' events. The first write sends the response headers; a status
+ * (OK from end(), or an error from emit('error', status) or a unary callback) ends the call.
+ */
+export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
+  request!: Req;
+  cancelled = false;
+  private headersSent = false;
+  private finished = false;
+  private closed = false;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  private pendingTrailers: Record<string, string> = OK_TRAILERS;
+  private meta: Metadata | undefined;
+
+  constructor(
+    private readonly stream: http2.ServerHttp2Stream,
+    private readonly headers: http2.IncomingHttpHeaders,
+    private readonly method: Method,
+  ) {
+    super();
+  }
+
+  /** The request's metadata (custom headers), built on first use. */
+  get metadata(): Metadata {
+    return (this.meta ??= Metadata.fromHttp2Headers(this.headers));
+  }
+
+  getPath(): string {
+    return this.method.path;
+  }
+
+  getPeer(): string {
+    const s = this.stream.session?.socket;
+    return s ? `${s.remoteAddress}:${s.remotePort}` : 'unknown';
+  }
+
+  get writable(): boolean {
+    return !this.finished && !this.stream.destroyed;
+  }
+
+  get destroyed(): boolean {
+    return this.stream.destroyed;
+  }
+
+  get writableNeedDrain(): boolean {
+    return this.stream.writableNeedDrain;
+  }
+
+  /** Sends one response message; false means "wait for 'drain'", as a Writable's write. */
+  write(message: Res): boolean {
+    if (this.finished || this.stream.destroyed) return false;
+    this.sendHeaders();
+    return this.stream.write(frame(this.method.responseSerialize(message)));
+  }
+
+  /** Ends a streaming call with status OK (after the messages written so far). */
+  end(): void {
+    this.finish(OK_TRAILERS);
+  }
+
+  /** Ends the call with `err` as its status. */
+  fail(err: StatusLike): void {
+    const code = typeof err.code === 'number' ? err.code : Status.UNKNOWN;
+    const details = err.details ?? err.message ?? '';
+    this.finish({ 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(details) });
+  }
+
+  /** grpc-js's convention: emitting 'error' on a server stream ends it with that status. */
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    if (event === 'error') {
+      this.fail((args[0] ?? {}) as StatusLike);
+      if (this.listenerCount('error') === 0) return false;
+    }
+    return super.emit(event, ...args);
+  }
+
+  /** Answers a unary call (the handler's callback). */
+  respond(err: StatusLike | null | undefined, value?: Res): void {
+    if (err) return this.fail(err);
+    if (this.finished || this.stream.destroyed) return;
+    let body: Buffer;
+    try {
+      body = frame(this.method.responseSerialize(value));
+    } catch (e) {
+      return this.fail({ code: Status.INTERNAL, details: `kvs: cannot encode the response: ${(e as Error).message}` });
+    }
+    this.finished = true;
+    this.clearDeadline();
+    this.headersSent = true;
+    this.stream.respond(RESPONSE_HEADERS, WAIT_FOR_TRAILERS);
+    this.stream.end(body);
+  }
+
+  private sendHeaders(): void {
+    if (this.headersSent) return;
+    this.headersSent = true;
+    this.stream.respond(RESPONSE_HEADERS, WAIT_FOR_TRAILERS);
+  }
+
+  private finish(trailers: Record<string, string>): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.clearDeadline();
+    const stream = this.stream;
+    if (stream.destroyed || stream.closed) return;
+    if (!this.headersSent) {
+      // Trailers-only response: the status travels in the one HEADERS frame.
+      this.headersSent = true;
+      stream.respond({ ...RESPONSE_HEADERS, ...trailers }, END_STREAM);
+      return;
+    }
+    this.pendingTrailers = trailers;
+    stream.end();
+  }
+
+  /** @internal the stream asks for its trailers once its last DATA frame is queued. */
+  sendTrailers(): void {
+    if (!this.stream.destroyed) this.stream.sendTrailers(this.pendingTrailers);
+  }
+
+  /** @internal */
+  armDeadline(ms: number): void {
+    this.deadlineTimer = setTimeout(() => {
+      if (this.finished) return;
+      this.cancelled = true;
+      this.fail({ code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' });
+      super.emit('cancelled', 'deadline');
+    }, ms);
+    this.deadlineTimer.unref();
+  }
+
+  private clearDeadline(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+  }
+
+  /** @internal the HTTP/2 stream closed: a call that had not ended was cancelled by its client. */
+  onStreamClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearDeadline();
+    if (!this.finished) {
+      this.finished = true;
+      this.cancelled = true;
+      super.emit('cancelled', 'cancelled');
+    }
+    super.emit('close');
+  }
+
+  /** @internal */
+  get isFinished(): boolean {
+    return this.finished;
+  }
+}
+
+/** Splits the HTTP/2 DATA stream into gRPC messages. */
+class MessageReader {
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  /** The length of the message being read, once its 5-byte prefix is in. */
+  private need = -1;
+  private compressed = false;
+
+  constructor(
+    private readonly max: number,
+    private readonly onMessage: (msg: Buffer, compressed: boolean) => void,
+    private readonly onTooLarge: (size: number) => void,
+  ) {}
+
+  push(chunk: Buffer): void {
+    // Fast path: a chunk that is exactly one whole message (the usual unary request).
+    if (this.pendingBytes === 0 && chunk.length >= 5) {
+      const len = chunk.readUInt32BE(1);
+      if (len > this.max) return this.onTooLarge(len);
+      if (chunk.length === 5 + len) return this.onMessage(chunk.subarray(5), chunk[0] === 1);
+    }
+    this.pending.push(chunk);
+    this.pendingBytes += chunk.length;
+    for (;;) {
+      if (this.need < 0) {
+        if (this.pendingBytes < 5) return;
+        const head = this.take(5);
+        this.compressed = head[0] === 1;
+        this.need = head.readUInt32BE(1);
+        if (this.need > this.max) {
+          this.pending = [];
+          this.pendingBytes = 0;
+          return this.onTooLarge(this.need);
+        }
+      }
+      if (this.pendingBytes < this.need) return;
+      const msg = this.take(this.need);
+      this.need = -1;
+      this.onMessage(msg, this.compressed);
+    }
+  }
+
+  private take(n: number): Buffer {
+    const all = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
+    const out = all.subarray(0, n);
+    const rest = all.subarray(n);
+    this.pending = rest.length ? [rest] : [];
+    this.pendingBytes = rest.length;
+    return out;
+  }
+}
+
+export class GrpcServer {
+  private readonly routes = new Map<string, Route>();
+  private readonly services = new Set<string>();
+  private readonly server: http2.Http2Server;
+  private readonly sessions = new Set<http2.ServerHttp2Session>();
+
+  constructor(private readonly opts: ServerOptions) {
+    this.server = http2.createServer({
+      // Streams are bounded by flow control, not by a count; etcd's (grpc-go's) default is
+      // unlimited too. Watch fan-out and keep-alives keep many streams open per connection.
+      settings: { maxConcurrentStreams: 2 ** 31 - 1 },
+      // A watch connection may hold several MB of responses in flight; node's 10 MB default
+      // would reset busy sessions with ENHANCE_YOUR_CALM.
+      maxSessionMemory: 256,
+    });
+    this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
+    this.server.on('session', (session) => {
+      this.sessions.add(session);
+      session.on('close', () => this.sessions.delete(session));
+      // A client that breaks the connection is that client's problem; the server goes on.
+      session.on('error', () => {});
+    });
+  }
+
+  addService(def: ServiceDefinition, impl: Record<string, unknown>): void {
+    for (const [name, method] of Object.entries(def) as [string, Method][]) {
+      const handler = impl[name] ?? impl[method.originalName ?? ''];
+      if (typeof handler !== 'function') continue;
+      const kind = method.requestStream ? (method.responseStream ? 'bidi' : 'clientStream') : method.responseStream ? 'serverStream' : 'unary';
+      this.routes.set(method.path, { method, handler: handler as Handler, kind });
+      this.services.add(method.path.split('/')[1]);
+    }
+  }
+
+  /** Listens on "host:port" (IPv6 hosts in brackets); resolves with the bound port. */
+  listen(address: string): Promise<number> {
+    const m = /^(?:\[(.*)\]|(.*)):(\d+)$/.exec(address);
+    if (!m) return Promise.reject(new Error(`cannot listen on ${address}: expected host:port`));
+    const host = m[1] ?? m[2];
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => reject(new Error(`cannot listen on ${address}: ${err.message}`));
+      this.server.once('error', onError);
+      this.server.listen(Number(m[3]), host, () => {
+        this.server.off('error', onError);
+        resolve((this.server.address() as { port: number }).port);
+      });
+    });
+  }
+
+  /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */
+  shutdown(graceMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        for (const s of this.sessions) s.destroy();
+        resolve();
+      }, graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      for (const s of this.sessions) s.close();
+    });
+  }
+
+  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
+    stream.on('error', () => {}); // a reset stream; its 'close' ends the call
+    const path = String(headers[HTTP2_HEADER_PATH] ?? '');
+    const contentType = headers[HTTP2_HEADER_CONTENT_TYPE];
+    if (headers[HTTP2_HEADER_METHOD] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
+      // Not a gRPC request (grpc-go answers these with HTTP errors too).
+      stream.respond({ [HTTP2_HEADER_STATUS]: 415 }, END_STREAM);
+      return;
+    }
+    const route = this.routes.get(path);
+    if (!route) return this.refuse(stream, this.unknown(path));
+    const call = new ServerCall<any, any>(stream, headers, route.method);
+    stream.on('close', () => call.onStreamClose());
+    stream.on('wantTrailers', () => call.sendTrailers());
+    const timeout = parseTimeout(headers['grpc-timeout']);
+    if (timeout !== undefined) call.armDeadline(timeout);
+    const encoding = headers['grpc-encoding'];
+    const inflate = encoding === undefined || encoding === 'identity' ? undefined : INFLATE[encoding as string];
+    if (encoding !== undefined && encoding !== 'identity' && !inflate) {
+      return call.fail({ code: Status.UNIMPLEMENTED, details: `grpc: Decompressor is not installed for grpc-encoding "${encoding}"` });
+    }
+
+    const decode = (msg: Buffer, compressed: boolean): unknown => {
+      if (compressed) {
+        if (!inflate) throw { code: Status.INTERNAL, details: 'grpc: compressed flag set with identity or empty encoding' };
+        const max = this.opts.maxReceiveMessageLength;
+        try {
+          msg = inflate(msg, max);
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') throw tooLarge(max + 1, max);
+          throw { code: Status.INTERNAL, details: `grpc: failed to decompress the received message: ${(err as Error).message}` };
+        }
+        if (msg.length > max) throw tooLarge(msg.length, max);
+      }
+      try {
+        return route.method.requestDeserialize(msg);
+      } catch (err) {
+        throw { code: Status.INTERNAL, details: `grpc: error unmarshalling request: ${(err as Error).message}` };
+      }
+    };
+
+    let started = false;
+    const reader = new MessageReader(
+      this.opts.maxReceiveMessageLength,
+      (msg, compressed) => {
+        if (call.isFinished) return;
+        let req: unknown;
+        try {
+          req = decode(msg, compressed);
+        } catch (status) {
+          return call.fail(status as StatusLike);
+        }
+        if (route.kind === 'bidi' || route.kind === 'clientStream') {
+          call.emit('data', req);
+          return;
+        }
+        // Unary and server-streaming calls start with their one request message.
+        if (started) return;
+        started = true;
+        call.request = req;
+        this.dispatch(route, call);
+      },
+      (size) => call.fail(tooLarge(size, this.opts.maxReceiveMessageLength)),
+    );
+    stream.on('data', (chunk: Buffer) => reader.push(chunk));
+    stream.on('end', () => {
+      if (route.kind === 'bidi' || route.kind === 'clientStream') {
+        if (!call.isFinished) call.emit('end');
+      } else if (!started && !call.isFinished) {
+        call.fail({ code: Status.INTERNAL, details: 'grpc: error while reading the request: the stream ended before its message' });
+      }
+    });
+    if (route.method.responseStream) stream.on('drain', () => call.emit('drain'));
+    if (route.kind === 'bidi' || route.kind === 'clientStream') this.dispatch(route, call);
+  }
+
+  private dispatch(route: Route, call: ServerCall<any, any>): void {
+    try {
+      if (route.kind === 'unary' || route.kind === 'clientStream') route.handler(call, (err, value) => call.respond(err, value));
+      else route.handler(call, noCallback);
+    } catch (err) {
+      call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });
+    }
+  }
+
+  /** grpc-go's answers to a path it has no handler for (what etcd's clients see from etcd). */
+  private unknown(path: string): StatusLike {
+    const sm = path.startsWith('/') ? path.slice(1) : path;
+    const pos = sm.lastIndexOf('/');
+    if (pos === -1) return { code: Status.RESOURCE_EXHAUSTED, details: `malformed method name: ${JSON.stringify(path)}` };
+    const service = sm.slice(0, pos);
+    if (!this.services.has(service)) return { code: Status.UNIMPLEMENTED, details: `unknown service ${service}` };
+    return { code: Status.UNIMPLEMENTED, details: `unknown method ${sm.slice(pos + 1)} for service ${service}` };
+  }
+
+  private refuse(stream: http2.ServerHttp2Stream, s: StatusLike): void {
+    stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(s.code), 'grpc-message': encodeGrpcMessage(s.details ?? '') }, END_STREAM);
+  }
+}
+
+function noCallback(): void {}
+
+function tooLarge(size: number, max: number): StatusLike {
+  return { code: Status.RESOURCE_EXHAUSTED, details: `grpc: received message larger than max (${size} vs. ${max})` };
+}
+
+/** Request decompression, bounded: a small compressed body must not inflate past the limit. */
+const INFLATE: Record<string, (b: Buffer, max: number) => Buffer> = {
+  gzip: (b, max) => zlib.gunzipSync(b, { maxOutputLength: max + 1 }),
+  deflate: (b, max) => zlib.inflateSync(b, { maxOutputLength: max + 1 }),
+};
