@@ -99,6 +99,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   private finished = false;
   private closed = false;
   private deadlineTimer: NodeJS.Timeout | undefined;
+  private deadline: Date | undefined;
   private pendingTrailers: Record<string, string> = OK_TRAILERS;
   private meta: Metadata | undefined;
 
@@ -210,6 +211,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 
   /** @internal */
   armDeadline(ms: number): void {
+    this.deadline = new Date(Date.now() + ms);
     this.deadlineTimer = setTimeout(() => {
       if (this.finished) return;
       this.cancelled = true;
@@ -240,6 +242,11 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   /** @internal */
   get isFinished(): boolean {
     return this.finished;
+  }
+
+  /** The request's deadline (grpc-js's Deadline: Infinity when the client set none). */
+  getDeadline(): Date | number {
+    return this.deadline ?? Infinity;
   }
 }
 
