@@ -69,7 +69,18 @@ export function parseTimeout(value: string | string[] | undefined): number | und
   return m ? Number(m[1]) * TIMEOUT_UNITS[m[2]] : undefined;
 }
 
-/** The length-prefixed message frame: flag byte 0 (not compressed), 4-byte length, message. */
+/** Messages up to this size are copied behind their prefix; larger ones go out as two chunks. */
+const COPY_LIMIT = 16 * 1024;
+
+/** The 5-byte message prefix: flag 0 (not compressed) and the length. */
+function prefix(length: number): Buffer {
+  const out = Buffer.allocUnsafe(5);
+  out[0] = 0;
+  out.writeUInt32BE(length, 1);
+  return out;
+}
+
+/** A small message with its prefix, in one buffer (one chunk for the HTTP/2 stream). */
 function frame(message: Buffer): Buffer {
   const out = Buffer.allocUnsafe(5 + message.length);
   out[0] = 0;
@@ -141,7 +152,10 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   write(message: Res): boolean {
     if (this.finished || this.stream.destroyed) return false;
     this.sendHeaders();
-    return this.stream.write(frame(this.method.responseSerialize(message)));
+    const body = this.method.responseSerialize(message) as Buffer;
+    if (body.length <= COPY_LIMIT) return this.stream.write(frame(body));
+    this.stream.write(prefix(body.length));
+    return this.stream.write(body);
   }
 
   /** Ends a streaming call with status OK (after the messages written so far). */
@@ -171,7 +185,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     if (this.finished || this.stream.destroyed) return;
     let body: Buffer;
     try {
-      body = frame(this.method.responseSerialize(value));
+      body = this.method.responseSerialize(value) as Buffer;
     } catch (e) {
       return this.fail({ code: Status.INTERNAL, details: `kvs: cannot encode the response: ${(e as Error).message}` });
     }
@@ -179,6 +193,9 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.clearDeadline();
     this.headersSent = true;
     this.stream.respond(RESPONSE_HEADERS, WAIT_FOR_TRAILERS);
+    if (body.length <= COPY_LIMIT) return void this.stream.end(frame(body));
+    // A large answer (a Range of many keys) is not copied again just to prepend 5 bytes.
+    this.stream.write(prefix(body.length));
     this.stream.end(body);
   }
 
