@@ -128,14 +128,15 @@ function describe(r: SystemResult): string {
 
 /** One workload against every target: preload, alternating rounds, measure. */
 async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, s: Settings, preloaded: Set<string>): Promise<SystemResult[]> {
-  const opts: WorkloadOptions = { preloadKeys: s.preloadKeys, valueBytes: VALUE_BYTES, quick: s.quick };
+  const preloadKeys = s.preloadKeys * (w.preloadScale ?? 1);
+  const opts: WorkloadOptions = { preloadKeys, valueBytes: VALUE_BYTES, quick: s.quick };
   for (const t of targets) {
-    if (!w.preload || preloaded.has(t.name)) continue;
+    if (!w.preload || preloaded.has(`${t.name} ${preloadKeys}`)) continue;
     const t0 = Date.now();
-    await load.preload(t.endpoints[0]!, s.preloadKeys, PARALLEL, VALUE_BYTES);
-    log(`  ${t.name}: preloaded ${s.preloadKeys.toLocaleString('en-US')} keys in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    await load.preload(t.endpoints[0]!, preloadKeys, PARALLEL, VALUE_BYTES);
+    log(`  ${t.name}: preloaded ${preloadKeys.toLocaleString('en-US')} keys in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     // Servers started here are fresh for each workload; with --endpoints the data set stays.
-    if (!t.server) preloaded.add(t.name);
+    if (!t.server) preloaded.add(`${t.name} ${preloadKeys}`);
   }
   const tallies = targets.map((t) => new Tally(t, w, opts));
   if (w.clients > 0) {

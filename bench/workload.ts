@@ -67,6 +67,8 @@ export interface Workload {
   clients: number;
   /** Needs the data set (opts.preloadKeys keys under kvs-bench/data/) loaded first. */
   preload: boolean;
+  /** Preloads this many times --preload keys instead (size-10x: 1,000,000 by default). */
+  preloadScale?: number;
   /** Builds one client's operation (load-generator process). */
   op?(ctx: OpContext): Op;
   /** Extra numbers after the timed phase (main process). */

@@ -4,10 +4,10 @@ import { seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqPutStoreRgw, par
 import { seqGet, parGet } from './get.js';
 import { mixed } from './mixed.js';
 import { range } from './range.js';
-import { size } from './size.js';
+import { size, size10x } from './size.js';
 import { watch, watchFanout } from './watch.js';
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, mixed, range, watch, watchFanout, size];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, mixed, range, watch, watchFanout, size, size10x];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];
