@@ -8,6 +8,7 @@ import { decodeKeyValue } from '../../shared/mvcc/keyvalue.js';
 import { createLogger } from '../../shared/log.js';
 import { encode, decode, num } from '../../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from './engine.js';
+import { DiskSpace } from './disk-space.js';
 import { dump } from './mvcc/dump.js';
 
 const log = createLogger('test', 'silent');
@@ -27,7 +28,8 @@ const put = (engine: Engine, key: string, value: string) =>
 
 test('concurrent writes share one batch, get distinct revisions, and are rebuilt from the WAL alone', async (t) => {
   const dir = tempDir(t);
-  let engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log);
+  // As the storage process opens it: LMDB writes through a writable memory map.
+  let engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
   const results = await Promise.all(Array.from({ length: 50 }, (_, i) => put(engine, `k${i % 10}`, `v${i}`)));
   const revs = results.map((r) => num(decode<any>('etcdserverpb.PutResponse', r.body!).header.revision));
   assert.deepEqual(revs, Array.from({ length: 50 }, (_, i) => i + 2), 'one revision per put, in submission order');
@@ -38,7 +40,7 @@ test('concurrent writes share one batch, get distinct revisions, and are rebuilt
 
   // Lose the database, keep the WAL: replay must rebuild the same state.
   fs.rmSync(path.join(dir, 'db'), { recursive: true });
-  const db = openMvcc(dir, { readOnly: false });
+  const db = openMvcc(dir, { readOnly: false, writemap: true });
   engine = Engine.open(db, dir, log);
   t.after(() => engine.close());
   assert.equal(engine.executor.revision, 52);
@@ -139,7 +141,7 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
 
 test('sync upload: a batch is in the WAL but invisible to readers until uploaded; later writes wait and form the next batch', async (t) => {
   const dir = tempDir(t);
-  const db = openMvcc(dir, { readOnly: false });
+  const db = openMvcc(dir, { readOnly: false, writemap: true });
   const uploads: { first: number; last: number; frames: Buffer; release(): void }[] = [];
   const engine = Engine.open(db, dir, log, {
     upload: (first, last, frames) => new Promise<void>((release) => uploads.push({ first, last, frames, release })),
@@ -170,4 +172,28 @@ test('sync upload: a batch is in the WAL but invisible to readers until uploaded
   assert.deepEqual(revs, [3, 4]);
   assert.equal(db.meta.get(META.appliedIndex), 3);
   await engine.close();
+});
+
+test('writes are refused while the disk is below the free-space floor, and go through once space is back', async (t) => {
+  const dir = tempDir(t);
+  let free = 10 * 1024 * 1024;
+  let clock = 0;
+  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
+  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space });
+  t.after(() => engine.close());
+  const [r1, r2] = await Promise.all([put(engine, 'a', '1'), put(engine, 'b', '2')]);
+  for (const r of [r1, r2]) {
+    assert.equal(r.code, 8); // RESOURCE_EXHAUSTED
+    assert.match(r.message, /refuses writes: 10\.0 MiB free .* at least 64\.0 MiB must stay free/);
+  }
+  assert.equal(engine.wal.lastIndex, 0n, 'nothing reached the WAL');
+  assert.equal(engine.executor.revision, 1);
+
+  free = 1024 * 1024 * 1024;
+  assert.equal((await put(engine, 'a', '1')).code, 8, 'a reading is kept for a moment');
+  clock += 1000;
+  const ok = await put(engine, 'a', '1');
+  assert.equal(ok.code, 0, ok.message);
+  assert.equal(num(decode<any>('etcdserverpb.PutResponse', ok.body!).header.revision), 2);
+  assert.equal(engine.wal.lastIndex, 1n);
 });

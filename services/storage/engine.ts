@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
-import { META, readMeta } from '../../shared/mvcc/schema.js';
+import { META, readMeta, dbPath } from '../../shared/mvcc/schema.js';
 import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../shared/errors.js';
 import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
@@ -24,6 +24,7 @@ import { Executor, type Identity } from './mvcc/execute.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
+import { DiskSpace } from './disk-space.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
@@ -58,6 +59,8 @@ export interface EngineOptions {
   archivedThrough?: () => number;
   /** The clock of lease deadlines (tests move it). */
   now?: () => number;
+  /** The free-space floor writes need (default: MIN_FREE_BYTES on the database's filesystem). */
+  space?: DiskSpace;
 }
 
 export class Engine {
@@ -75,13 +78,16 @@ export class Engine {
   /** The revision LMDB holds while a batch is in flight (the executor's runs ahead). */
   private appliedRevision = 0;
   private index: number;
+  private readonly space: DiskSpace;
 
   private constructor(
     readonly db: MvccDb,
     readonly wal: Wal,
+    dataDir: string,
     private readonly log: Logger,
     private readonly opts: EngineOptions,
   ) {
+    this.space = opts.space ?? new DiskSpace(dbPath(dataDir));
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
@@ -128,7 +134,7 @@ export class Engine {
       if (wal.lastIndex === 0n) wal.resetTo(BigInt(applied));
       else throw new Error(`WAL in ${wal.dir} ends at index ${wal.lastIndex} but the database has applied ${applied}: the WAL is from another database; move it away or restore the data directory`);
     }
-    const engine = new Engine(db, wal, log, opts);
+    const engine = new Engine(db, wal, dataDir, log, opts);
     log.info({ replayed, revision: engine.executor.revision, appliedIndex: engine.index }, replayed ? 'replayed WAL' : 'storage opened');
     return engine;
   }
@@ -149,6 +155,11 @@ export class Engine {
     const batch = this.queue;
     this.queue = [];
     if (batch.length === 0) return;
+    const refused = this.space.check();
+    if (refused) {
+      for (const p of batch) p.done({ code: refused.code, message: refused.message });
+      return;
+    }
     if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
     else this.drainLocal(batch);
   };
@@ -158,16 +169,19 @@ export class Engine {
     const results: WriteResult[] = new Array(batch.length);
     const records: WalRecord[] = [];
     let index = this.index;
+    let durable = false;
     try {
       this.db.env.transactionSync(() => {
         index = this.executeBatch(batch, results, records, []);
         if (records.length) {
           this.db.meta.putSync(META.appliedIndex, index);
           this.wal.appendSync(records); // fdatasync: the durability point
+          durable = true;
         }
       });
       this.index = index;
     } catch (err) {
+      if (durable) this.commitFailedAfterWal(err, records);
       return this.failBatch(batch, err);
     }
     if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
@@ -251,6 +265,16 @@ export class Engine {
       }
     }
     return index;
+  }
+
+  /**
+   * The batch is in the WAL but LMDB did not commit it: later batches would be numbered and
+   * executed as if it did not exist, and a restart would replay it. Restarting now replays it
+   * (its callers see the stream break: an unknown outcome, which is the truth).
+   */
+  private commitFailedAfterWal(err: unknown, records: WalRecord[]): never {
+    this.log.fatal({ err, first: records[0].index, last: records[records.length - 1].index }, 'LMDB commit failed after the WAL append; restarting storage to replay the batch');
+    process.exit(1);
   }
 
   /** Nothing of this batch was committed (LMDB aborted, WAL append rolled back). */

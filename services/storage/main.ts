@@ -13,11 +13,11 @@ import { uploadSegment, uploadWalTail } from './wal-upload.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
-  const db = openMvcc(cfg.dataDir, { readOnly: false });
+  const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
   const engine = Engine.open(db, cfg.dataDir, log, opts);
-  const { server, endStreams } = storageServer(engine, cfg.dataDir, log);
+  const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
   // An idle segment is sealed after SegmentMaxAge so it can be archived. Sealed segments are

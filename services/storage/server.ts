@@ -5,9 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import type { Engine, WriteResult } from './engine.js';
 import type { Logger } from '../../shared/log.js';
-import { statSync } from 'node:fs';
-import path from 'node:path';
-import { dbPath } from '../../shared/mvcc/schema.js';
+import { dbSizes } from '../../shared/mvcc/tables.js';
 
 interface WriteRequest { id: unknown; op: number; body: Uint8Array }
 interface WriteBatch { requests: WriteRequest[] }
@@ -18,7 +16,7 @@ export interface StorageServer {
   endStreams(): void;
 }
 
-export function storageServer(engine: Engine, dataDir: string, log: Logger): StorageServer {
+export function storageServer(engine: Engine, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
   /**
@@ -85,10 +83,8 @@ export function storageServer(engine: Engine, dataDir: string, log: Logger): Sto
       call.on('error', (err) => log.debug({ err }, 'feed stream closed'));
     },
     Status(_call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) {
-      let dbSize = 0;
-      try {
-        dbSize = statSync(path.join(dbPath(dataDir), 'data.mdb')).size;
-      } catch {}
+      // LMDB's high-water mark: with a writable memory map the file's length is the map size.
+      const { dbSize } = dbSizes(engine.db);
       cb(null, {
         revision: engine.revision,
         compactRevision: engine.executor.compactRevision,

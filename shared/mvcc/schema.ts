@@ -40,7 +40,13 @@ export function dbPath(dataDir: string): string {
   return path.join(dataDir, 'db');
 }
 
-export function openMvcc(dataDir: string, opts: { readOnly: boolean }): MvccDb {
+/**
+ * `writemap` (the storage process only): LMDB writes through a writable memory map instead of
+ * copying each changed page and pwrite-ing it at commit. Its file then becomes sparse at the
+ * full map size, and a write to a page the disk has no room for kills the process (SIGBUS), so
+ * the writer must keep free space (services/storage/disk-space.ts).
+ */
+export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: boolean }): MvccDb {
   const dir = dbPath(dataDir);
   if (!opts.readOnly) fs.mkdirSync(dir, { recursive: true });
   const env = open<Buffer, Buffer>({
@@ -53,6 +59,7 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean }): MvccDb {
     // the WAL be trimmed).
     noSync: !opts.readOnly,
     readOnly: opts.readOnly,
+    useWritemap: opts.writemap === true && !opts.readOnly,
     encoding: 'binary',
     keyEncoding: 'binary',
   });
