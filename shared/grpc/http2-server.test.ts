@@ -195,3 +195,34 @@ test('shutdown lets an answered call finish and cuts a stream that never ends af
   const [err] = (await ended) as [grpc.ServiceError];
   assert.notEqual(err.code, grpc.status.OK);
 });
+
+test('a handler that answers after its client went away does not take the server down', async (t) => {
+  let answer!: () => void;
+  const answered = new Promise<void>((resolve) => (answer = resolve));
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => (started = resolve));
+  const addr = await serve(t, {
+    'etcdserverpb.KV': {
+      Range(call: ServerCall, cb: UnaryCallback<object>) {
+        started();
+        // Answers (OK, then an error) once the client's cancel has arrived.
+        call.on('cancelled', () =>
+          setImmediate(() => {
+            cb(null, { count: 1 });
+            cb({ code: grpc.status.INTERNAL, details: 'late' });
+            answer();
+          }),
+        );
+      },
+      Put(_call: ServerCall, cb: UnaryCallback<object>) {
+        cb(null, {});
+      },
+    },
+  });
+  const c = connect(t, KV, addr);
+  const call = c.Range({ key: Buffer.from('k') }, () => {});
+  await running;
+  call.cancel();
+  await answered;
+  assert.equal((await unary(c, 'Put', { key: Buffer.from('k') })).err, null);
+});

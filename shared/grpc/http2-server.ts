@@ -150,7 +150,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 
   /** Sends one response message; false means "wait for 'drain'", as a Writable's write. */
   write(message: Res): boolean {
-    if (this.finished || this.stream.destroyed) return false;
+    if (this.finished || this.gone()) return false;
     this.sendHeaders();
     const body = this.method.responseSerialize(message) as Buffer;
     if (body.length <= COPY_LIMIT) return this.stream.write(frame(body));
@@ -182,7 +182,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   /** Answers a unary call (the handler's callback). */
   respond(err: StatusLike | null | undefined, value?: Res): void {
     if (err) return this.fail(err);
-    if (this.finished || this.stream.destroyed) return;
+    if (this.finished || this.gone()) return;
     let body: Buffer;
     try {
       body = this.method.responseSerialize(value) as Buffer;
@@ -210,7 +210,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.finished = true;
     this.clearDeadline();
     const stream = this.stream;
-    if (stream.destroyed || stream.closed) return;
+    if (this.gone()) return;
     if (!this.headersSent) {
       // Trailers-only response: the status travels in the one HEADERS frame.
       this.headersSent = true;
@@ -223,7 +223,15 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 
   /** @internal the stream asks for its trailers once its last DATA frame is queued. */
   sendTrailers(): void {
-    if (!this.stream.destroyed) this.stream.sendTrailers(this.pendingTrailers);
+    if (!this.gone()) this.stream.sendTrailers(this.pendingTrailers);
+  }
+
+  /**
+   * The client reset the stream or the connection closed: nothing can be sent any more (node
+   * throws on a respond or write to such a stream; the 'close' event follows).
+   */
+  private gone(): boolean {
+    return this.stream.destroyed || this.stream.closed;
   }
 
   /** @internal */
