@@ -134,6 +134,13 @@ export class Hub {
    * watcher then catches up from history.
    */
   onFeed(revision: number, entries: readonly Uint8Array[]): void {
+    if (this.synced.size === 0) {
+      // Nobody is live: the entries would only move the revision (unsynced watchers read
+      // history), so they are not decoded. Most writes on a node without watchers end here.
+      if (revision > this.rev) this.rev = revision;
+      this.wake();
+      return;
+    }
     for (const bytes of entries) {
       const entry = decodeEntry(bytes);
       // Entries without a revision (compactions) change nothing watchers see; older ones were
