@@ -172,6 +172,36 @@ test('kvs answers the KV API as etcd 3.4 does', { timeout: 120_000 }, async (t) 
     await d.fails('Range', { key: `${rp}a`, serializable: true, revision: d.revision + 1 }, status.OUT_OF_RANGE);
   });
 
+  await t.test('range: now, over keys with long histories, deletions and re-creations', async () => {
+    // kvs finds a key's live version through its newest change in the key index and skips
+    // its older ones (one by one, then by jumping past the key): more versions than that
+    // per key, deleted keys between live ones, a re-created key, a deleted last key.
+    const p = fresh('versions');
+    for (let i = 0; i < 12; i++) for (const k of ['a', 'c', 'e']) await d.put({ key: p + k, value: `${k}${i}` });
+    for (const k of ['b', 'd', 'f', 'g']) await d.put({ key: p + k, value: k });
+    await d.del({ key: `${p}b` });
+    await d.del({ key: `${p}d` });
+    await d.put({ key: `${p}d`, value: 'd again' }, 're-created');
+    await d.del({ key: `${p}g` });
+    for (const limit of [0, 1, 2, 3, 4, 5, 6]) {
+      await d.range({ ...prefixRange(p), limit }, `limit ${limit}`);
+      await d.range({ ...prefixRange(p), limit, keysOnly: true }, `limit ${limit}, keys only`);
+      await d.range({ ...prefixRange(p), limit, countOnly: true }, `limit ${limit}, count only`);
+      await d.range({ key: `${p}b`, rangeEnd: '\0', limit }, `from a deleted key, limit ${limit}`);
+    }
+    for (const k of ['a', 'b', 'd', 'g', 'h']) await d.range({ key: p + k, rangeEnd: `${p}h` }, `[${k}, h)`);
+    for (const k of ['a', 'b', 'd', 'g']) {
+      await d.range({ key: p + k }, `${k} alone`);
+      await d.range({ key: p + k, countOnly: true }, `${k} alone, count`);
+      await d.put({ key: p + k, value: 'x', prevKv: true }, `${k} overwritten, prev_kv`);
+      await d.range(prefixRange(p), `after ${k} was overwritten`);
+    }
+    await d.txn({ success: [{ requestRange: { ...prefixRange(p), limit: 2 } }, { requestDeleteRange: { key: `${p}c`, prevKv: true } }, { requestRange: prefixRange(p) }] });
+    await d.range({ ...prefixRange(p), countOnly: true }, 'count after a delete in a txn');
+    await d.del({ ...prefixRange(p), prevKv: true }, 'all of them');
+    await d.range({ ...prefixRange(p), countOnly: true }, 'none left');
+  });
+
   await t.test('delete', async () => {
     const p = fresh('delete');
     for (const k of ['a', 'b', 'c', 'd', 'e', 'f', 'g']) await d.put({ key: p + k, value: k.repeat(2) });

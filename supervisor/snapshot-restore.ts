@@ -5,7 +5,8 @@
 // new member: it gets new cluster and member ids, and a fresh WAL.
 import fs from 'node:fs';
 import path from 'node:path';
-import { dbPath, META, openMvcc, readMeta } from '../shared/mvcc/schema.js';
+import { dbPath, META, openMvcc, readMeta, SchemaVersionError } from '../shared/mvcc/schema.js';
+import { liveCount } from '../shared/mvcc/keyindex.js';
 import { compactMainRev } from '../shared/mvcc/hash.js';
 import { hasChecksum, sha256OfFile, SHA256_BYTES } from '../shared/snapshot.js';
 
@@ -118,12 +119,13 @@ export async function restoreSnapshot(opts: SnapshotRestoreOptions): Promise<Sna
     try {
       db = openMvcc(staging, { readOnly: false });
     } catch (err) {
+      if (err instanceof SchemaVersionError) throw new SchemaVersionError(`the snapshot ${opts.file}`, err.found);
       throw new Error(`${opts.file} is not a kvs snapshot (${(err as Error).message}); a snapshot of etcd is restored with etcdctl snapshot restore`);
     }
     let result: SnapshotRestoreResult;
     try {
       if (typeof db.meta.get(META.revision) !== 'number') throw new Error(`${opts.file} is not a kvs snapshot: it has no revision`);
-      result = { revision: readMeta(db, META.revision), compactRevision: compactMainRev(db), keys: db.kv.getKeysCount() };
+      result = { revision: readMeta(db, META.revision), compactRevision: compactMainRev(db), keys: liveCount(db, { start: Buffer.alloc(0) }) };
       db.env.transactionSync(() => {
         // A new member, as etcd's restore makes: storage chooses new ids on first start, and
         // its WAL starts over from index 0.

@@ -20,7 +20,7 @@ const PIECE = 16 * 1024;
 async function write(dataDir: string, from: number, n: number, revision: number, appliedIndex: number): Promise<void> {
   const db = openMvcc(dataDir, { readOnly: false });
   await db.env.transaction(() => {
-    for (let i = from; i < from + n; i++) db.kv.put(Buffer.from(`key-${String(i).padStart(6, '0')}`), Buffer.alloc(1024, i % 251));
+    for (let i = from; i < from + n; i++) db.history.put(Buffer.from(`key-${String(i).padStart(6, '0')}`), Buffer.alloc(1024, i % 251));
     db.meta.put(META.revision, revision);
     db.meta.put(META.appliedIndex, appliedIndex);
   });

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { openMvcc, META } from '../../shared/mvcc/schema.js';
 import { decodeKeyValue } from '../../shared/mvcc/keyvalue.js';
+import { liveVersion } from '../../shared/mvcc/keyindex.js';
 import { createLogger } from '../../shared/log.js';
 import { encode, decode, num } from '../../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from './engine.js';
@@ -45,8 +46,8 @@ test('concurrent writes share one batch, get distinct revisions, and are rebuilt
   t.after(() => engine.close());
   assert.equal(engine.executor.revision, 52);
   assert.equal(db.meta.get(META.appliedIndex), 51);
-  assert.equal(db.kv.get(Buffer.from('k0')), undefined);
-  const k3 = decodeKeyValue(db.kv.get(Buffer.from('k3'))!);
+  assert.equal(liveVersion(db, Buffer.from('k0')), undefined);
+  const k3 = decodeKeyValue(liveVersion(db, Buffer.from('k3'))!);
   assert.equal(Buffer.from(k3.value).toString(), 'v43');
   assert.equal(k3.version, 5);
   assert.equal(k3.createRevision, 5);
@@ -113,7 +114,7 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
   assert.equal(engine.lessor.revokeExpired(), 1);
   assert.equal(await keepAlive(b.id), 0, 'a keep-alive of an expired lease waits for its revocation');
   assert.equal(engine.executor.revision, rev + 1);
-  assert.equal(engine.db.kv.get(Buffer.from('b1')), undefined);
+  assert.equal(liveVersion(engine.db, Buffer.from('b1')), undefined);
   assert.deepEqual((await timeToLive(a.id)).keys.map(String), ['a1', 'a2']);
 
   const c = await grant(300, 10);
@@ -136,7 +137,7 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
   clock += 5001;
   assert.equal(engine.lessor.revokeExpired(), 1);
   assert.equal(await keepAlive(a.id), 0);
-  assert.equal(engine.db.kv.get(Buffer.from('a1')), undefined);
+  assert.equal(liveVersion(engine.db, Buffer.from('a1')), undefined);
 });
 
 test('sync upload: a batch is in the WAL but invisible to readers until uploaded; later writes wait and form the next batch', async (t) => {
@@ -152,7 +153,7 @@ test('sync upload: a batch is in the WAL but invisible to readers until uploaded
   assert.equal(uploads.length, 1);
   assert.deepEqual([uploads[0]!.first, uploads[0]!.last], [1, 1]);
   assert.equal(engine.wal.lastIndex, 1n, 'in the WAL before the upload');
-  assert.equal(db.kv.get(Buffer.from('a')), undefined, 'not in LMDB before the upload');
+  assert.equal(liveVersion(db, Buffer.from('a')), undefined, 'not in LMDB before the upload');
   assert.equal(engine.revision, 1, 'the revision readers see');
 
   const bc = Promise.all([put(engine, 'b', '2'), put(engine, 'c', '3')]);
@@ -163,7 +164,7 @@ test('sync upload: a batch is in the WAL but invisible to readers until uploaded
   uploads[0]!.release();
   const ra = await a;
   assert.equal(num(decode<any>('etcdserverpb.PutResponse', ra.body!).header.revision), 2);
-  assert.equal(decodeKeyValue(db.kv.get(Buffer.from('a'))!).value.toString(), '1');
+  assert.equal(decodeKeyValue(liveVersion(db, Buffer.from('a'))!).value.toString(), '1');
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(uploads.length, 2);
   assert.deepEqual([uploads[1]!.first, uploads[1]!.last], [2, 3], 'the writes that waited form one batch');

@@ -14,7 +14,8 @@ import { Crc32c } from '@aws-crypto/crc32c';
 import type { MvccDb } from './schema.js';
 import { META, readMeta } from './schema.js';
 import { decodeKeyValue, encodeKeyValue, EMPTY } from './keyvalue.js';
-import { revKey, mainOf, subOf, EVENT_PUT, REVKEY_BYTES } from './revision.js';
+import { revKey, mainOf, subOf, refIsPut, refRevKey } from './revision.js';
+import { refAt, scanLive } from './keyindex.js';
 import { Errors } from '../errors.js';
 import { rawTables } from './tables.js';
 
@@ -44,25 +45,19 @@ export function etcdRevisionKey(main: number, sub: number, tombstone: boolean): 
   return b;
 }
 
-/** The revision key + event byte of `key`'s newest change at or below `rev`, if any. */
-function newestChangeAt(db: MvccDb, key: Buffer, rev: number): Buffer | undefined {
-  let newest: Buffer | undefined;
-  for (const ref of db.keyrevs.getValues(key)) {
-    if (mainOf(ref) > rev) break;
-    newest = ref;
-  }
-  return newest;
-}
-
 /** Whether any key is live at `rev`: etcd's `len(kvindex.Keep(rev)) > 0`. */
 function anyKeyLiveAt(db: MvccDb, rev: number, current: number): boolean {
+  let any = false;
   if (rev >= current) {
-    for (const _ of db.kv.getKeys({ limit: 1 })) return true;
-    return false;
+    scanLive(db, { start: Buffer.alloc(0) }, () => {
+      any = true;
+      return false;
+    });
+    return any;
   }
   for (const key of db.keyrevs.getKeys()) {
-    const ref = newestChangeAt(db, key, rev);
-    if (ref && ref[REVKEY_BYTES] === EVENT_PUT) return true;
+    const ref = refAt(db, key, rev);
+    if (ref && refIsPut(ref)) return true;
   }
   return false;
 }
@@ -84,8 +79,8 @@ export function hashKV(db: MvccDb, requested: number): HashKVResult {
       if (main <= compactRev) {
         keepAny ??= anyKeyLiveAt(db, rev, current);
         if (keepAny) {
-          const newest = newestChangeAt(db, Buffer.from(kv.key), rev);
-          const kept = !!newest && newest[REVKEY_BYTES] === EVENT_PUT && Buffer.compare(newest.subarray(0, REVKEY_BYTES), rk) === 0;
+          const newest = refAt(db, Buffer.from(kv.key), rev);
+          const kept = !!newest && refIsPut(newest) && refRevKey(newest).equals(rk);
           if (!kept) continue;
         }
       }

@@ -4,7 +4,7 @@ import type { MvccDb } from './schema.js';
 import { META, readMeta } from './schema.js';
 import { decodeKeyValue } from './keyvalue.js';
 import { mainOf, revKey } from './revision.js';
-import { versionAt } from './range.js';
+import { versionAt } from './keyindex.js';
 
 /** mvccpb.Event.EventType */
 export const EventType = { PUT: 0, DELETE: 1 } as const;

@@ -4,7 +4,7 @@
 import type { MvccDb } from './schema.js';
 import { META, MAX_KEY_BYTES, readMeta } from './schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from './keyvalue.js';
-import { mainOf, EVENT_PUT, REVKEY_BYTES } from './revision.js';
+import { liveCount, liveRecord, recordAt, scanLive, type Bounds } from './keyindex.js';
 import { Errors } from '../errors.js';
 
 export const SortOrder = { NONE: 0, ASCEND: 1, DESCEND: 2 } as const;
@@ -66,11 +66,14 @@ export function resolveRevision(requested: number, revs: Revisions): number {
   return rev;
 }
 
+/** A record of a range: a view valid only during the call (copy what is kept). */
+export type Visit = (record: Uint8Array) => void;
+
 /**
  * Every live version in [key, rangeEnd) at revision `rev` (etcd's mvcc rangeKeys), in key
- * order; `limit` 0 means all. Returns the records and the total number of keys in range.
+ * order, to `visit`; `limit` 0 means all. Returns the total number of keys in range.
  */
-export function rangeKeys(
+export function walkRange(
   db: MvccDb,
   key: Uint8Array,
   rangeEnd: Uint8Array,
@@ -78,67 +81,65 @@ export function rangeKeys(
   current: number,
   limit: number,
   countOnly: boolean,
-): { kvs: Buffer[]; count: number } {
+  visit: Visit,
+): number {
   let start = asBuffer(key);
   if (rangeEnd.length === 0) {
     // No stored key is longer than LMDB's limit (and LMDB cannot even look one up).
-    if (start.length > MAX_KEY_BYTES) return { kvs: [], count: 0 };
-    const v = rev >= current ? db.kv.get(start) : versionAt(db, start, rev);
-    if (!v) return { kvs: [], count: 0 };
-    return { kvs: countOnly ? [] : [v], count: 1 };
+    if (start.length > MAX_KEY_BYTES) return 0;
+    const v = rev >= current ? liveRecord(db, start) : recordAt(db, start, rev, countOnly);
+    if (!v) return 0;
+    if (!countOnly) visit(v);
+    return 1;
   }
   let end = upperBound(rangeEnd);
-  if (end && Buffer.compare(start, end) >= 0) return { kvs: [], count: 0 };
+  if (end && Buffer.compare(start, end) >= 0) return 0;
   // Bounds longer than LMDB's key limit L, as equivalent bounds LMDB accepts: for a stored key
   // k (at most L bytes), k >= start <=> k > start[0, L), and k < end <=> k <= end[0, L).
   const exclusiveStart = start.length > MAX_KEY_BYTES;
   if (exclusiveStart) start = start.subarray(0, MAX_KEY_BYTES);
   const inclusiveEnd = !!end && end.length > MAX_KEY_BYTES;
   if (end && inclusiveEnd) end = end.subarray(0, MAX_KEY_BYTES);
-  // A fresh options object per call: lmdb-js's getCount() marks the object it is given as count-only.
-  const bounds = () => ({ start, end, exclusiveStart, inclusiveEnd });
+  const bounds: Bounds = { start, end, exclusiveStart, inclusiveEnd };
   if (rev >= current) {
-    // Without a limit one walk gives both the records and the count; with one, the count
-    // needs its own (key-only, in-C) walk of the whole range.
-    if (countOnly) return { kvs: [], count: db.kv.getCount(bounds()) };
-    const kvs: Buffer[] = [];
-    for (const { value } of db.kv.getRange({ ...bounds(), limit: limit > 0 ? limit : undefined })) kvs.push(value);
-    const count = limit > 0 && kvs.length >= limit ? db.kv.getCount(bounds()) : kvs.length;
-    return { kvs, count };
+    // The count is the in-C count of the index, needed on its own only when the walk stopped
+    // at the limit.
+    if (countOnly) return liveCount(db, bounds);
+    let n = 0;
+    scanLive(db, bounds, (record) => {
+      visit(record);
+      return ++n !== limit;
+    });
+    return limit > 0 && n >= limit ? liveCount(db, bounds) : n;
   }
   // In the past: walk every key that ever had a version in range.
-  const kvs: Buffer[] = [];
   let count = 0;
-  for (const k of db.keyrevs.getKeys(bounds())) {
-    const v = versionAt(db, k, rev, countOnly || (limit > 0 && kvs.length >= limit));
+  let visited = 0;
+  for (const k of db.keyrevs.getKeys({ ...bounds })) {
+    const want = !countOnly && (limit <= 0 || visited < limit);
+    const v = recordAt(db, k, rev, !want);
     if (!v) continue;
     count++;
-    if (!countOnly && (limit <= 0 || kvs.length < limit) && v.length) kvs.push(v);
+    if (want) {
+      visit(v);
+      visited++;
+    }
   }
-  return { kvs, count };
+  return count;
 }
 
-const PRESENT = Buffer.alloc(0);
-
-/**
- * The version of `key` live at revision `rev`, or undefined if it did not exist then. With
- * `existsOnly` an empty Buffer stands for "exists" and the record is not read.
- */
-export function versionAt(db: MvccDb, key: Buffer, rev: number, existsOnly = false): Buffer | undefined {
-  for (const ref of db.keyrevs.getValues(key, { reverse: true })) {
-    if (mainOf(ref) > rev) continue;
-    if (ref[REVKEY_BYTES] !== EVENT_PUT) return undefined;
-    if (existsOnly) return PRESENT;
-    return db.history.get(ref.subarray(0, REVKEY_BYTES));
-  }
-  return undefined;
+/** Copies of every version in [key, rangeEnd) that is live now (in the caller's transaction). */
+export function liveInRange(db: MvccDb, key: Uint8Array, rangeEnd: Uint8Array): Buffer[] {
+  const kvs: Buffer[] = [];
+  walkRange(db, key, rangeEnd, Number.MAX_SAFE_INTEGER, 0, 0, false, (record) => kvs.push(Buffer.from(record)));
+  return kvs;
 }
 
 function compareBytes(a: Uint8Array, b: Uint8Array): number {
   return Buffer.compare(a, b);
 }
 
-/** etcd's Range: filters, sort, limit and keys_only on top of rangeKeys. */
+/** etcd's Range: filters, sort, limit and keys_only on top of walkRange. */
 export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevisions(db)): RangeResult {
   if (p.key.length === 0) throw Errors.emptyKey;
   const rev = resolveRevision(p.revision, revs);
@@ -150,9 +151,9 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
   let sortOrder = p.sortOrder;
   if (p.sortTarget !== SortTarget.KEY && sortOrder === SortOrder.NONE) sortOrder = SortOrder.ASCEND;
   const fetchLimit = fetchAll || p.limit <= 0 ? 0 : p.limit + 1;
-  const rr = rangeKeys(db, p.key, p.rangeEnd, rev, revs.current, fetchLimit, p.countOnly);
-  let kvs = rr.kvs;
-  if (p.countOnly) return { kvs: [], count: rr.count, more: false, revision: revs.current };
+  let kvs: Buffer[] = [];
+  const count = walkRange(db, p.key, p.rangeEnd, rev, revs.current, fetchLimit, p.countOnly, (record) => kvs.push(Buffer.from(record)));
+  if (p.countOnly) return { kvs: [], count, more: false, revision: revs.current };
 
   let decoded: KeyValue[] | undefined;
   if (filtered || (sortOrder !== SortOrder.NONE && p.sortTarget !== SortTarget.KEY) || p.keysOnly) {
@@ -200,5 +201,5 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
   if (p.keysOnly) {
     kvs = kvs.map((_, i) => encodeKeyValue({ ...decoded![i], value: new Uint8Array(0) }));
   }
-  return { kvs, count: rr.count, more, revision: revs.current };
+  return { kvs, count, more, revision: revs.current };
 }

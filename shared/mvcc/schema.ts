@@ -1,23 +1,35 @@
 // The LMDB layout of the MVCC state. The storage process is the only writer; the gateway
 // opens the same environment read-only and reads it directly (no process hop).
 //
-//   kv       user key -> mvccpb.KeyValue bytes of its live version (absent when deleted)
-//   history  revkey(main, sub) -> mvccpb.KeyValue bytes of that change; a deletion is a
-//            tombstone with only key and mod_revision (version 0), as in etcd's DELETE events
-//   keyrevs  user key -> revkey(main, sub) + event byte, one dup value per change (dupSort):
-//            answers "which version of this key was live at revision R" and drives compaction
-//   meta     small named counters (revision, compact revision, applied WAL index, ids)
+// etcd's shape: every version of every key is stored once, in `history`, keyed by revision
+// (so it is only ever appended to, and its pages fill completely); `keyrevs` is the index
+// from user key to its changes (etcd keeps that index in memory, as its treeIndex).
+//
+//   history    revkey(main, sub) -> mvccpb.KeyValue bytes of that change; a deletion is a
+//              tombstone with only key and mod_revision (version 0), as in etcd's DELETE events
+//   keyrevs    user key -> one dup value per change (dupSort), NEWEST FIRST: the inverted
+//              revkey + an event byte (revision.ts). The live version of a key is its first
+//              dup, read from history, if that dup is a PUT; the version live at revision R
+//              is its first dup at or below R. Compaction removes dups (and their history).
+//   deleted    user key -> empty, for every key in keyrevs whose newest change is a deletion:
+//              derived from keyrevs, so that counting the live keys in a range is two in-C
+//              counts (keyrevs keys minus deleted keys) instead of a walk over every key
+//   meta       small named counters (revision, compact revision, applied WAL index, ids,
+//              the schema version)
 //   leases     lease id (8 bytes, big-endian two's complement) -> granted TTL (shared/mvcc/leases.ts)
 //   leasekeys  lease id -> user key, one dup value per key attached to the lease (dupSort)
 import path from 'node:path';
 import fs from 'node:fs';
 import { open, type RootDatabase, type Database } from 'lmdb';
+import { openKeyScan, type KeyScan } from './keyindex.js';
 
 export interface MvccDb {
   env: RootDatabase<Buffer, Buffer>;
-  kv: Database<Buffer, Buffer>;
   history: Database<Buffer, Buffer>;
   keyrevs: Database<Buffer, Buffer>;
+  /** keyrevs again, opened for fast range walks (keyindex.ts). */
+  keyScan: KeyScan;
+  deleted: Database<Buffer, Buffer>;
   meta: Database<any, string>;
   leases: Database<Buffer, Buffer>;
   leasekeys: Database<Buffer, Buffer>;
@@ -25,6 +37,12 @@ export interface MvccDb {
 
 /** LMDB's key size limit as compiled into lmdb-js with 4 KiB pages. */
 export const MAX_KEY_BYTES = 1978;
+
+/**
+ * The version of this layout, kept in meta. 1 (never written: no schemaVersion entry) was the
+ * layout with a `kv` table holding a second copy of every live version.
+ */
+export const SCHEMA_VERSION = 2;
 
 export const META = {
   revision: 'revision',
@@ -34,10 +52,25 @@ export const META = {
   appliedIndex: 'appliedIndex',
   clusterId: 'clusterId',
   memberId: 'memberId',
+  schemaVersion: 'schemaVersion',
 } as const;
 
 export function dbPath(dataDir: string): string {
   return path.join(dataDir, 'db');
+}
+
+/** A database written with another storage layout than this kvs's. */
+export class SchemaVersionError extends Error {
+  /** `subject`: what holds the database ("the database in <dir>"). */
+  constructor(subject: string, readonly found: number) {
+    super(
+      `${subject} uses storage layout version ${found}, and this kvs reads only version ${SCHEMA_VERSION}` +
+        (found < SCHEMA_VERSION ? ' (it was written by an older kvs)' : ' (it was written by a newer kvs)') +
+        '; it was left untouched. Run the kvs version that wrote it, or restore a snapshot or object-store ' +
+        'checkpoint taken with this version, or start this version with an empty data directory',
+    );
+    this.name = 'SchemaVersionError';
+  }
 }
 
 /**
@@ -63,16 +96,48 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
     encoding: 'binary',
     keyEncoding: 'binary',
   });
+  try {
+    // Checked before any table is opened, so that nothing is created in an old database.
+    checkSchema(env, dir, opts.readOnly);
+  } catch (err) {
+    void env.close();
+    throw err;
+  }
   const binary = { encoding: 'binary', keyEncoding: 'binary' } as const;
+  const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
+  if (!opts.readOnly && meta.get(META.schemaVersion) === undefined) {
+    env.transactionSync(() => meta.putSync(META.schemaVersion, SCHEMA_VERSION));
+  }
   return {
     env,
-    kv: env.openDB<Buffer, Buffer>({ name: 'kv', ...binary }),
     history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary }),
     keyrevs: env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary }),
-    meta: env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' }),
+    keyScan: openKeyScan(env),
+    deleted: env.openDB<Buffer, Buffer>({ name: 'deleted', ...binary }),
+    meta,
     leases: env.openDB<Buffer, Buffer>({ name: 'leases', ...binary }),
     leasekeys: env.openDB<Buffer, Buffer>({ name: 'leasekeys', dupSort: true, ...binary }),
   };
+}
+
+/**
+ * Refuses a database of another layout version. A database without a version is new when it
+ * has no tables yet; one with tables but no version is version 1.
+ */
+function checkSchema(env: RootDatabase<Buffer, Buffer>, dir: string, readOnly: boolean): void {
+  const tables = new Set([...env.getKeys()].map((k) => Buffer.from(k as Uint8Array).toString('utf8').replace(/\0$/, '')));
+  if (!tables.has('meta')) {
+    if (tables.size > 0) throw new SchemaVersionError(`the database in ${dir}`, 1);
+    return;
+  }
+  const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
+  const v = meta.get(META.schemaVersion) as number | undefined;
+  if (v === undefined) {
+    if (tables.size > 1 || meta.getCount() > 0) throw new SchemaVersionError(`the database in ${dir}`, 1);
+    if (readOnly) return;
+  } else if (v !== SCHEMA_VERSION) {
+    throw new SchemaVersionError(`the database in ${dir}`, v);
+  }
 }
 
 export function readMeta(db: MvccDb, key: string): number {

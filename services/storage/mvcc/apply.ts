@@ -3,7 +3,8 @@
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyvalue.js';
-import { revKey, keyRevValue, mainOf, EVENT_PUT, EVENT_DELETE, REVKEY_BYTES } from '../../../shared/mvcc/revision.js';
+import { revKey, keyRevValue, refMain, refIsPut, refRevKey, EVENT_PUT, EVENT_DELETE } from '../../../shared/mvcc/revision.js';
+import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
 
 export const MUTATION_PUT = 0;
@@ -22,30 +23,45 @@ export interface WalEntry extends LeaseChanges {
   compactRevision: number;
 }
 
+const EMPTY_VALUE = Buffer.alloc(0);
+
 function asBuffer(b: Uint8Array): Buffer {
   return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
-/** The lease of a key's live version (0n: none or no such key). */
-function liveLease(db: MvccDb, key: Buffer): bigint {
-  const prev = db.kv.get(key);
-  return prev ? decodeKeyValue(prev).lease : 0n;
+/** History only grows at the end (revisions only increase): MDB_APPEND fills its pages completely. */
+const APPEND = { append: true };
+
+/**
+ * Stores a history record. LMDB refuses an append (and writes nothing) when the key is not
+ * above the last one, e.g. a record written again by a replay; a plain put then stores it.
+ */
+function putHistory(db: MvccDb, revkey: Buffer, kv: Buffer): void {
+  // lmdb-js types putSync as void; it returns whether LMDB stored the record.
+  if (!(db.history.putSync(revkey, kv, APPEND) as unknown as boolean)) db.history.putSync(revkey, kv);
+}
+
+/** The lease of a key's live version (0n: none, or no such key). */
+function liveLease(live: Uint8Array | undefined): bigint {
+  return live ? decodeKeyValue(live).lease : 0n;
 }
 
 export function applyPut(db: MvccDb, key: Buffer, kv: Buffer, main: number, sub: number): void {
-  reattach(db, key, liveLease(db, key), decodeKeyValue(kv).lease);
-  db.kv.putSync(key, kv);
-  db.history.putSync(revKey(main, sub), kv);
+  const live = liveRecord(db, key);
+  reattach(db, key, liveLease(live), decodeKeyValue(kv).lease);
+  // A key created again leaves the deleted keys (for a new key this removes nothing).
+  if (!live) db.deleted.removeSync(key);
+  putHistory(db, revKey(main, sub), kv);
   db.keyrevs.putSync(key, keyRevValue(main, sub, EVENT_PUT));
 }
 
 /** Deletes the live version of `key` and returns the tombstone recorded in history. */
 export function applyDelete(db: MvccDb, key: Buffer, main: number, sub: number): Buffer {
   const tombstone = encodeKeyValue({ key, createRevision: 0, modRevision: main, version: 0, value: EMPTY, lease: 0n });
-  reattach(db, key, liveLease(db, key), 0n);
-  db.kv.removeSync(key);
-  db.history.putSync(revKey(main, sub), tombstone);
+  reattach(db, key, liveLease(liveRecord(db, key)), 0n);
+  putHistory(db, revKey(main, sub), tombstone);
   db.keyrevs.putSync(key, keyRevValue(main, sub, EVENT_DELETE));
+  db.deleted.putSync(key, EMPTY_VALUE);
   return tombstone;
 }
 
@@ -77,18 +93,16 @@ export function applyCompaction(db: MvccDb, rev: number): void {
     changed.set(key.toString('latin1'), Buffer.from(key));
   }
   for (const key of changed.values()) {
-    const refs: Buffer[] = [];
-    for (const ref of db.keyrevs.getValues(key)) {
-      if (mainOf(ref) > rev) break;
-      refs.push(ref);
-    }
-    if (refs.length === 0) continue;
-    const newest = refs[refs.length - 1];
-    const drop = newest[REVKEY_BYTES] === EVENT_PUT ? refs.slice(0, -1) : refs;
+    const refs = [...db.keyrevs.getValues(key)]; // newest first
+    const below = refs.findIndex((ref) => refMain(ref) <= rev);
+    if (below < 0) continue;
+    const drop = refIsPut(refs[below]) ? refs.slice(below + 1) : refs.slice(below);
     for (const ref of drop) {
       db.keyrevs.removeSync(key, ref);
-      db.history.removeSync(ref.subarray(0, REVKEY_BYTES));
+      db.history.removeSync(refRevKey(ref));
     }
+    // Nothing left of a deleted key: it leaves the index, and so the deleted keys.
+    if (drop.length === refs.length) db.deleted.removeSync(key);
   }
   db.meta.putSync(META.compactedThrough, rev);
 }

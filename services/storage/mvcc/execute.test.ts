@@ -4,11 +4,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openMvcc, type MvccDb } from '../../../shared/mvcc/schema.js';
-import { decodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
+import { decodeKeyValue, encodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
+import { liveCount, liveVersion } from '../../../shared/mvcc/keyindex.js';
+import { mainOf, refIsPut, refMain, refRevKey, revKey } from '../../../shared/mvcc/revision.js';
+import { prng } from '../../../integration/differential.js';
 import { range, type RangeParams } from '../../../shared/mvcc/range.js';
 import { decode, num } from '../../../shared/proto/index.js';
 import { Executor } from './execute.js';
-import { applyEntry, type WalEntry } from './apply.js';
+import { applyEntry, MUTATION_PUT, type WalEntry } from './apply.js';
 import { dump } from './dump.js';
 import { Lessor } from '../lease/lessor.js';
 
@@ -72,8 +75,8 @@ test('replaying the WAL entries of a history rebuilds the identical database', (
   assert.equal(ex.revision, before + 1, 'a revoke deletes all its keys in one revision');
   run(() => lessor.revoke({ ID: 8 }));
   assert.deepEqual([...live.leasekeys.getRange({})], []);
-  assert.equal(live.kv.get(b('la')), undefined);
-  assert.ok(live.kv.get(b('lc')));
+  assert.equal(liveVersion(live, b('la')), undefined);
+  assert.ok(liveVersion(live, b('lc')));
 
   replica.env.transactionSync(() => entries.forEach((e, i) => applyEntry(replica, e, i + 1)));
   live.env.transactionSync(() => live.meta.putSync('appliedIndex', entries.length));
@@ -112,4 +115,95 @@ test('a put response carries the new revision and the previous version on reques
   assert.equal(num(res.header.revision), 3);
   assert.equal(res.prevKv.value.toString(), 'old');
   assert.equal(num(res.prevKv.modRevision), 2);
+});
+
+/** Every ref names a history record of its key and revision; every record is named once; `deleted` is exactly the keys whose newest change is a deletion. */
+function checkTables(db: MvccDb): void {
+  let refs = 0;
+  const deletedByIndex: string[] = [];
+  for (const key of db.keyrevs.getKeys()) {
+    const changes = [...db.keyrevs.getValues(key)];
+    const mains = changes.map(refMain);
+    assert.deepEqual(mains, [...mains].sort((x, y) => y - x), 'newest change first');
+    for (const ref of changes) {
+      const rec = db.history.get(refRevKey(ref));
+      assert.ok(rec, `history has the change of ${key} at ${refMain(ref)}`);
+      const kv = decodeKeyValue(rec);
+      assert.equal(Buffer.from(kv.key).toString(), Buffer.from(key).toString());
+      assert.equal(kv.modRevision, refMain(ref));
+      assert.equal(kv.version === 0, !refIsPut(ref), 'a tombstone exactly for a deletion');
+    }
+    refs += changes.length;
+    if (!refIsPut(changes[0]!)) deletedByIndex.push(Buffer.from(key).toString());
+  }
+  assert.equal(db.history.getCount(), refs, 'no history record without a ref');
+  assert.deepEqual([...db.deleted.getKeys()].map((k) => Buffer.from(k).toString()), deletedByIndex);
+}
+
+test('random writes and compactions: the key index, deleted keys and history agree; reads now match a model; replay rebuilds them', (t) => {
+  const db = tempDb(t);
+  const replica = tempDb(t);
+  const ex = new Executor(db, id);
+  const rnd = prng(20240611);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const keys = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
+  const model = new Map<string, string>();
+  const entries: WalEntry[] = [];
+  const run = (fn: () => { entry?: WalEntry }) =>
+    db.env.transactionSync(() => {
+      const { entry } = fn();
+      if (entry) entries.push(entry);
+    });
+  for (let i = 0; i < 600; i++) {
+    const r = rnd();
+    if (r < 0.6) {
+      const k = pick(keys);
+      const v = `v${i}`;
+      run(() => ex.put(put(k, v)));
+      model.set(k, v);
+    } else if (r < 0.85) {
+      const [x, y] = [pick(keys), pick(keys)].sort();
+      run(() => ex.deleteRange({ key: b(x!), rangeEnd: b(`${y}\0`), prevKv: false }));
+      for (const k of model.keys()) if (k >= x! && k <= y!) model.delete(k);
+    } else if (r < 0.95) {
+      const k = pick(keys);
+      run(() => ex.txn({ compare: [], success: [{ requestDeleteRange: { key: b(k), rangeEnd: new Uint8Array(0), prevKv: false } }, { requestPut: put(`${k}2`, 't') }], failure: [] }));
+      model.delete(k);
+      model.set(`${k}2`, 't');
+    } else {
+      const to = ex.compactRevision + 1 + Math.floor(rnd() * (ex.revision - ex.compactRevision));
+      if (to > ex.compactRevision && to <= ex.revision) run(() => ex.compact({ revision: to, physical: true }));
+    }
+    checkTables(db);
+    const live = [...model].sort(([x], [y]) => (x < y ? -1 : 1));
+    db.env.transactionSync(() => {
+      const now = range(db, all());
+      assert.deepEqual(now.kvs.map((kv) => { const d = decodeKeyValue(kv); return [Buffer.from(d.key).toString(), Buffer.from(d.value).toString()]; }), live, `op ${i}`);
+      assert.equal(range(db, all({ countOnly: true })).count, live.length);
+      assert.equal(liveCount(db, { start: Buffer.alloc(0) }), live.length);
+      const limited = range(db, all({ limit: 2 }));
+      assert.deepEqual([limited.kvs.length, limited.count, limited.more], [Math.min(2, live.length), live.length, live.length > 2]);
+    });
+  }
+  replica.env.transactionSync(() => entries.forEach((e, i) => applyEntry(replica, e, i + 1)));
+  db.env.transactionSync(() => db.meta.putSync('appliedIndex', entries.length));
+  assert.deepEqual(dump(replica), dump(db));
+});
+
+test('a history record below the last one (append refused) is stored by a plain put', (t) => {
+  const db = tempDb(t);
+  const entry = (key: string, rev: number): WalEntry => ({
+    revision: rev,
+    compactRevision: 0,
+    mutations: [{ type: MUTATION_PUT, kv: encodeKeyValue({ key: b(key), createRevision: rev, modRevision: rev, version: 1, value: b(`${key}@${rev}`), lease: 0n }) }],
+  });
+  db.env.transactionSync(() => {
+    applyEntry(db, entry('a', 10), 1);
+    applyEntry(db, entry('b', 5), 2);
+    applyEntry(db, entry('b', 5), 3); // the same record again
+  });
+  assert.deepEqual([...db.history.getKeys()].map((k) => mainOf(k)), [5, 10]);
+  assert.equal(Buffer.from(decodeKeyValue(db.history.get(revKey(5, 0))!).value).toString(), 'b@5');
+  assert.equal(Buffer.from(decodeKeyValue(liveVersion(db, b('a'))!).value).toString(), 'a@10');
+  assert.equal(Buffer.from(decodeKeyValue(liveVersion(db, b('b'))!).value).toString(), 'b@5');
 });

@@ -5,11 +5,12 @@ import type protobuf from 'protobufjs';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { META, MAX_KEY_BYTES } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from '../../../shared/mvcc/keyvalue.js';
-import { range, rangeKeys, type Revisions, type RangeParams } from '../../../shared/mvcc/range.js';
+import { range, liveInRange, type Revisions, type RangeParams } from '../../../shared/mvcc/range.js';
 import * as R from '../../../shared/mvcc/responses.js';
 import { Errors, MAX_TXN_OPS } from '../../../shared/errors.js';
 import { num, bigint } from '../../../shared/proto/index.js';
 import { leaseExists } from '../../../shared/mvcc/leases.js';
+import { isLive, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { applyPut, applyDelete, applyCompaction, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
 
 /* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
@@ -168,7 +169,7 @@ export class Executor {
     checkPutRequest(r);
     this.checkLease(r.lease);
     this.begin();
-    const prev = this.db.kv.get(buf(r.key));
+    const prev = liveVersion(this.db, buf(r.key));
     if ((r.ignoreValue || r.ignoreLease) && !prev) throw Errors.keyNotFound;
     const rev = this.doPut(r, prev);
     const response = R.build((w) => R.putResponse(w, this.header(rev), r.prevKv ? prev : undefined));
@@ -204,7 +205,7 @@ export class Executor {
   }
 
   private doDelete(r: DeleteRangeRequest): { deleted: number; prevKvs: Buffer[] } {
-    const live = rangeKeys(this.db, r.key, r.rangeEnd, Number.MAX_SAFE_INTEGER, 0, 0, false).kvs;
+    const live = liveInRange(this.db, r.key, r.rangeEnd);
     const rev = this.beginRev + 1;
     for (const kv of live) {
       const key = buf(decodeKeyValue(kv).key);
@@ -241,12 +242,12 @@ export class Executor {
   }
 
   private applyCompare(c: Compare): boolean {
-    const rr = rangeKeys(this.db, c.key, c.rangeEnd, Number.MAX_SAFE_INTEGER, 0, 0, false);
-    if (rr.kvs.length === 0) {
+    const kvs = liveInRange(this.db, c.key, c.rangeEnd);
+    if (kvs.length === 0) {
       if (c.target === CompareTarget.VALUE) return false; // a missing key has no value to compare
       return compareKV(c, undefined);
     }
-    return rr.kvs.every((kv) => compareKV(c, decodeKeyValue(kv)));
+    return kvs.every((kv) => compareKV(c, decodeKeyValue(kv)));
   }
 
   /** etcd's checkRequests: runs `check` on every op on the path, before any change. */
@@ -261,7 +262,7 @@ export class Executor {
   private checkPut(op: RequestOp): void {
     const p = op.requestPut;
     if (!p) return;
-    if ((p.ignoreValue || p.ignoreLease) && !this.db.kv.get(buf(p.key))) throw Errors.keyNotFound;
+    if ((p.ignoreValue || p.ignoreLease) && !isLive(this.db, buf(p.key))) throw Errors.keyNotFound;
     this.checkLease(p.lease);
   }
 
@@ -299,7 +300,7 @@ export class Executor {
           R.embed(w, 1, (w) => R.rangeResponse(w, R.innerHeader(rr.revision), rr.kvs, rr.more, rr.count));
         } else if (op.requestPut) {
           const p = op.requestPut;
-          const prev = this.db.kv.get(buf(p.key));
+          const prev = liveVersion(this.db, buf(p.key));
           const rev = this.doPut(p, prev);
           R.embed(w, 2, (w) => R.putResponse(w, R.innerHeader(rev), p.prevKv ? prev : undefined));
         } else if (op.requestDeleteRange) {
@@ -326,7 +327,7 @@ export class Executor {
     this.begin();
     const rev = this.beginRev + 1;
     for (const key of keys) {
-      if (!this.db.kv.doesExist(key)) continue;
+      if (!isLive(this.db, key)) continue;
       const tombstone = applyDelete(this.db, key, rev, this.mutations.length);
       this.mutations.push({ type: MUTATION_DELETE, kv: tombstone });
     }
