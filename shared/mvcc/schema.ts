@@ -66,7 +66,7 @@ export class SchemaVersionError extends Error {
     super(
       `${subject} uses storage layout version ${found}, and this kvs reads only version ${SCHEMA_VERSION}` +
         (found < SCHEMA_VERSION ? ' (it was written by an older kvs)' : ' (it was written by a newer kvs)') +
-        '; it was left untouched. Run the kvs version that wrote it, or restore a snapshot or object-store ' +
+        '; its data was not changed. Run the kvs version that wrote it, or restore a snapshot or object-store ' +
         'checkpoint taken with this version, or start this version with an empty data directory',
     );
     this.name = 'SchemaVersionError';
