@@ -456,7 +456,11 @@ export class GrpcServer {
       },
       (size) => call.fail(tooLarge(size, this.opts.maxReceiveMessageLength)),
     );
-    stream.on('data', (chunk: Buffer) => reader.push(chunk));
+    // Once the call has its status (an error, or a too-large message still arriving), the rest
+    // of what the client sends is dropped unread rather than buffered.
+    stream.on('data', (chunk: Buffer) => {
+      if (!call.isFinished) reader.push(chunk);
+    });
     stream.on('end', () => {
       if (route.kind === 'bidi' || route.kind === 'clientStream') {
         if (!call.isFinished) call.emit('end');
