@@ -106,6 +106,12 @@ test("a call's deadline ends it with DEADLINE_EXCEEDED and tells the handler it 
   const r = await unary(c, 'Range', { key: Buffer.from('k') }, { deadline: Date.now() + 200 });
   assert.equal(r.err?.code, grpc.status.DEADLINE_EXCEEDED);
   await sawCancel;
+  // A deadline beyond node's timer range (30 days) is not cut short: the call is still
+  // running when the client gives up on it.
+  const far = c.Range({ key: Buffer.from('k') }, { deadline: Date.now() + 30 * 24 * 3600 * 1000 }, () => {});
+  const early = await Promise.race([once(far, 'status').then(() => 'ended'), new Promise((r) => setTimeout(r, 300, 'running'))]);
+  far.cancel();
+  assert.equal(early, 'running');
 });
 
 test('bidi streams: flow control with drain, half-close, an error status after messages, client cancel', async (t) => {

@@ -60,6 +60,7 @@ export function encodeGrpcMessage(text: string): string {
   return out;
 }
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const TIMEOUT_UNITS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
 
 /** grpc-timeout ("<digits><unit>") in milliseconds, or undefined if absent or malformed. */
@@ -407,7 +408,9 @@ export class GrpcServer {
     stream.on('close', () => call.onStreamClose());
     stream.on('wantTrailers', () => call.sendTrailers());
     const timeout = parseTimeout(headers['grpc-timeout']);
-    if (timeout !== undefined) call.armDeadline(timeout);
+    // Node's timers cap at 2^31-1 ms (~24.8 days) and fire at once beyond it; a deadline that
+    // far away is as good as none.
+    if (timeout !== undefined && timeout <= MAX_TIMER_MS) call.armDeadline(timeout);
     const encoding = headers['grpc-encoding'];
     const inflate = encoding === undefined || encoding === 'identity' ? undefined : INFLATE[encoding as string];
     if (encoding !== undefined && encoding !== 'identity' && !inflate) {
