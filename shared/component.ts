@@ -1,6 +1,7 @@
 // What every component process does the same way: tell the supervisor when it is ready,
 // stop cleanly on SIGTERM, and exit when the supervisor is gone.
 import type { Logger } from './log.js';
+import { processRegistry, type Owner } from './metrics.js';
 
 export interface ComponentHooks {
   /** Graceful stop: finish in-flight work, release files. */
@@ -46,4 +47,20 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   } else {
     process.on('SIGINT', () => void stop('SIGINT'));
   }
+}
+
+/**
+ * Answers the supervisor's metrics requests (`{type: 'metrics', id}`) with this process's
+ * registry as JSON; the supervisor merges every component's into the node's /metrics.
+ */
+export function serveMetrics(owner: Owner): void {
+  if (!process.send) return;
+  const registry = processRegistry(owner);
+  process.on('message', (msg: { type?: string; id?: number }) => {
+    if (msg?.type !== 'metrics') return;
+    registry.getMetricsAsJSON().then(
+      (metrics) => process.send?.({ type: 'metrics', id: msg.id, metrics }),
+      (err: Error) => process.send?.({ type: 'metrics', id: msg.id, error: err.message }),
+    );
+  });
 }

@@ -35,3 +35,38 @@ test('bad values are refused with the flag named', () => {
   assert.throws(() => resolveConfig({ listen: 'nonsense' }, {}), /--listen must be host:port/);
   assert.throws(() => resolveConfig({ 'read-consistency': 'eventual' }, {}), /--read-consistency/);
 });
+
+test('observability flags: --metrics-addr is host:port, --log-format json or pretty', () => {
+  assert.equal(resolveConfig({ 'metrics-addr': '127.0.0.1:9090' }, {}).metricsAddr, '127.0.0.1:9090');
+  assert.equal(resolveConfig({}, { KVS_METRICS_ADDR: '[::1]:9090' }).metricsAddr, '[::1]:9090');
+  assert.equal(resolveConfig({}, {}).metricsAddr, undefined);
+  assert.throws(() => resolveConfig({ 'metrics-addr': '9090' }, {}), /^Error: --metrics-addr must be host:port, got "9090"$/);
+  assert.throws(() => resolveConfig({ 'metrics-addr': 'localhost:99999' }, {}), /--metrics-addr/);
+  assert.equal(resolveConfig({ 'log-format': 'pretty' }, {}).logFormat, 'pretty');
+  assert.throws(() => resolveConfig({ 'log-format': 'xml' }, {}), /--log-format must be json or pretty, got "xml"/);
+  assert.throws(() => resolveConfig({ 'log-level': 'loud' }, {}), /--log-level/);
+});
+
+test('automatic compaction: each mode with its flags and defaults; anything else refused, naming the flag', async () => {
+  const { autoCompact } = await import('./config.js');
+  const ac = (opts: Record<string, unknown>) => autoCompact(resolveConfig(opts, {}));
+  assert.equal(ac({}), undefined);
+  assert.deepEqual(ac({ 'auto-compact-mode': 'time', 'auto-compact-retention': '168h' }), { mode: 'time', retentionMs: 168 * 3600_000, sampleIntervalMs: 24 * 3600_000 });
+  assert.deepEqual(ac({ 'auto-compact-mode': 'time', 'auto-compact-retention': '1h' }), { mode: 'time', retentionMs: 3600_000, sampleIntervalMs: 3600_000 / 7 });
+  assert.deepEqual(ac({ 'auto-compact-mode': 'time', 'auto-compact-retention': '2m' }), { mode: 'time', retentionMs: 120_000, sampleIntervalMs: 60_000 });
+  assert.deepEqual(ac({ 'auto-compact-mode': 'time', 'auto-compact-retention': '2s', 'auto-compact-sample-interval': '100ms' }), { mode: 'time', retentionMs: 2000, sampleIntervalMs: 100 });
+  assert.deepEqual(ac({ 'auto-compact-mode': 'revision', 'auto-compact-retain-revisions': 1000 }), { mode: 'revision', retainRevisions: 1000, intervalMs: 300_000 });
+  assert.deepEqual(ac({ 'auto-compact-mode': 'revision', 'auto-compact-retain-revisions': '10', 'auto-compact-interval': '1s' }), { mode: 'revision', retainRevisions: 10, intervalMs: 1000 });
+  const refused: [Record<string, unknown>, RegExp][] = [
+    [{ 'auto-compact-mode': 'daily' }, /--auto-compact-mode must be time or revision, got "daily"/],
+    [{ 'auto-compact-retention': '1h' }, /--auto-compact-retention needs --auto-compact-mode time/],
+    [{ 'auto-compact-retain-revisions': 5 }, /--auto-compact-retain-revisions needs --auto-compact-mode revision/],
+    [{ 'auto-compact-mode': 'revision', 'auto-compact-retention': '1h', 'auto-compact-retain-revisions': 5 }, /--auto-compact-retention needs --auto-compact-mode time, got --auto-compact-mode revision/],
+    [{ 'auto-compact-mode': 'time' }, /--auto-compact-mode time needs --auto-compact-retention/],
+    [{ 'auto-compact-mode': 'revision' }, /needs --auto-compact-retain-revisions/],
+    [{ 'auto-compact-mode': 'time', 'auto-compact-retention': 'forever' }, /--auto-compact-retention must be a duration/],
+    [{ 'auto-compact-mode': 'revision', 'auto-compact-retain-revisions': 'many' }, /--auto-compact-retain-revisions must be a whole number, got "many"/],
+    [{ 'auto-compact-mode': 'revision', 'auto-compact-retain-revisions': 0 }, /at least 1/],
+  ];
+  for (const [opts, re] of refused) assert.throws(() => ac(opts), re, JSON.stringify(opts));
+});

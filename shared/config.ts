@@ -27,6 +27,8 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('listen', 'string', 'Client gRPC listen address, host:port', '127.0.0.1:3379'),
   flag('node-id', 'string', 'Node name (shown by member list)', 'default'),
   flag('log-level', 'string', 'Log verbosity: fatal, error, warn, info, debug, trace', 'info'),
+  flag('log-format', 'string', 'json (one JSON object a line) or pretty (readable lines); default: pretty on a terminal, else json'),
+  flag('metrics-addr', 'string', 'host:port of the HTTP observability endpoints (/metrics, /healthz, /readyz); off when not given'),
   flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
   flag('watch-progress-notify-interval', 'string', 'Time between progress notifications to idle watchers that asked for them (etcd\'s --experimental-watch-progress-notify-interval)', '10m'),
   flag('s3-bucket', 'string', 'Object-store bucket; with it, WAL segments and checkpoints go to the object store'),
@@ -38,13 +40,27 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('checkpoint-interval', 'string', 'Time between checkpoints uploaded to the object store (e.g. 15m, 30s)', '15m'),
   flag('branch-prefix', 'string', 'Source prefix of a branch (same bucket); the first boot starts from its checkpoint'),
   flag('branch-checkpoint', 'string', 'Source checkpoint key of a branch (from `kvs branch fork`); used on the first boot only'),
+  flag('auto-compact-mode', 'string', 'Automatic compaction of history: time or revision; off when not given'),
+  flag('auto-compact-retention', 'string', 'time mode: history kept, a duration such as 168h'),
+  flag('auto-compact-sample-interval', 'string', 'time mode: how often the revision is sampled (default clamp(retention/7, 1m, 24h))'),
+  flag('auto-compact-retain-revisions', 'number', 'revision mode: revisions kept behind the current one'),
+  flag('auto-compact-interval', 'string', 'revision mode: how often to compact (default 5m, as etcd)'),
 ];
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** Automatic compaction, resolved from the --auto-compact-* flags (durations in ms). */
+export type AutoCompact =
+  | { mode: 'time'; retentionMs: number; sampleIntervalMs: number }
+  | { mode: 'revision'; retainRevisions: number; intervalMs: number };
 
 export interface Config {
   dataDir: string;
   listen: string;
   nodeId: string;
   logLevel: string;
+  logFormat: 'json' | 'pretty';
+  metricsAddr?: string;
   readConsistency: 'linearizable' | 'serializable';
   watchProgressNotifyInterval: string;
   s3Bucket?: string;
@@ -56,6 +72,11 @@ export interface Config {
   checkpointInterval: string;
   branchPrefix?: string;
   branchCheckpoint?: string;
+  autoCompactMode?: string;
+  autoCompactRetention?: string;
+  autoCompactSampleInterval?: string;
+  autoCompactRetainRevisions?: number;
+  autoCompactInterval?: string;
 }
 
 function camel(flag: string): string {
@@ -70,7 +91,10 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
     if (v === undefined || v === '') v = env[f.env];
     if (v === undefined || v === '') v = f.default;
     if (f.type === 'boolean' && typeof v === 'string') v = v === 'true' || v === '1';
-    if (f.type === 'number' && typeof v === 'string') v = Number(v);
+    if (f.type === 'number' && (typeof v === 'string' || typeof v === 'boolean')) {
+      if (v === true || !/^\d+$/.test(String(v).trim())) throw new Error(`--${f.flag} must be a whole number, got "${String(v)}"`);
+      v = Number(v);
+    }
     // The parser (mri) makes `--s3-prefix 123` a number and a bare `--s3-prefix` true.
     if (f.type === 'string' && v === true) throw new Error(`--${f.flag} needs a value`);
     if (f.type === 'string' && v !== undefined) v = String(v);
@@ -78,14 +102,71 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   }
   const cfg = out as unknown as Config;
   cfg.dataDir = path.resolve(String(cfg.dataDir));
-  if (!/^[^:]+:\d+$/.test(cfg.listen) && !/^\[.*\]:\d+$/.test(cfg.listen)) {
-    throw new Error(`--listen must be host:port, got "${cfg.listen}"`);
+  checkHostPort('listen', cfg.listen);
+  if (cfg.metricsAddr !== undefined) checkHostPort('metrics-addr', cfg.metricsAddr);
+  if (!(LOG_LEVELS as readonly string[]).includes(cfg.logLevel)) {
+    throw new Error(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got "${cfg.logLevel}"`);
+  }
+  // Resolved here, in the supervisor, so that components (whose stdout is the supervisor's)
+  // get the same format.
+  cfg.logFormat ??= process.stdout.isTTY ? 'pretty' : 'json';
+  if (cfg.logFormat !== 'json' && cfg.logFormat !== 'pretty') {
+    throw new Error(`--log-format must be json or pretty, got "${cfg.logFormat}"`);
   }
   if (cfg.readConsistency !== 'linearizable' && cfg.readConsistency !== 'serializable') {
     throw new Error(`--read-consistency must be linearizable or serializable, got "${cfg.readConsistency}"`);
   }
   parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval');
+  autoCompact(cfg);
   return cfg;
+}
+
+function checkHostPort(name: string, value: string): void {
+  const m = /^(?:[^:\[\]]+|\[[^\]]+\]):(\d+)$/.exec(value);
+  if (!m || Number(m[1]) > 65535) throw new Error(`--${name} must be host:port, got "${value}"`);
+}
+
+const MINUTE = 60_000;
+const DAY = 24 * 60 * MINUTE;
+
+/**
+ * The automatic compaction a config asks for, or undefined (off). Throws, naming the flag,
+ * for an unknown mode, a malformed value, or a flag of one mode given with the other.
+ */
+export function autoCompact(cfg: Config): AutoCompact | undefined {
+  const mode = cfg.autoCompactMode;
+  const given = (v: unknown) => v !== undefined && v !== '';
+  const timeFlags = { 'auto-compact-retention': cfg.autoCompactRetention, 'auto-compact-sample-interval': cfg.autoCompactSampleInterval };
+  const revisionFlags = { 'auto-compact-retain-revisions': cfg.autoCompactRetainRevisions, 'auto-compact-interval': cfg.autoCompactInterval };
+  const refuseOthers = (flags: Record<string, unknown>, need: string) => {
+    for (const [name, v] of Object.entries(flags)) {
+      if (given(v)) throw new Error(`--${name} needs --auto-compact-mode ${need}${mode ? `, got --auto-compact-mode ${mode}` : ''}`);
+    }
+  };
+  if (!given(mode)) {
+    refuseOthers(timeFlags, 'time');
+    refuseOthers(revisionFlags, 'revision');
+    return undefined;
+  }
+  if (mode === 'time') {
+    refuseOthers(revisionFlags, 'revision');
+    if (!given(cfg.autoCompactRetention)) throw new Error('--auto-compact-mode time needs --auto-compact-retention (e.g. 168h)');
+    const retentionMs = parseDuration(cfg.autoCompactRetention!, 'auto-compact-retention');
+    const sampleIntervalMs = given(cfg.autoCompactSampleInterval)
+      ? parseDuration(cfg.autoCompactSampleInterval!, 'auto-compact-sample-interval')
+      : Math.min(Math.max(retentionMs / 7, MINUTE), DAY);
+    return { mode, retentionMs, sampleIntervalMs };
+  }
+  if (mode === 'revision') {
+    refuseOthers(timeFlags, 'time');
+    const retainRevisions = cfg.autoCompactRetainRevisions;
+    if (!given(retainRevisions)) throw new Error('--auto-compact-mode revision needs --auto-compact-retain-revisions (e.g. 1000)');
+    if (!Number.isSafeInteger(retainRevisions) || retainRevisions! < 1) {
+      throw new Error(`--auto-compact-retain-revisions must be a whole number of at least 1, got "${retainRevisions}"`);
+    }
+    return { mode, retainRevisions: retainRevisions!, intervalMs: parseDuration(cfg.autoCompactInterval ?? '5m', 'auto-compact-interval') };
+  }
+  throw new Error(`--auto-compact-mode must be time or revision, got "${mode}"`);
 }
 
 /** The command-line form of a config, to start a component with the same flags. */

@@ -171,5 +171,48 @@ if (process.argv[2] === 'bench') {
   process.argv.splice(2, 1);
   await import('../bench/main.js');
 } else {
-  prog.parse(process.argv);
+  prog.parse(process.argv, { unknown: refuseUnknownFlag });
+}
+
+/**
+ * A misspelt or unknown flag stops the command (etcd does the same): a node started with
+ * `--auth-enable` must not come up silently without it.
+ */
+function refuseUnknownFlag(arg: string): never {
+  const name = arg.replace(/^-+/, '').split('=')[0]!;
+  const known = knownFlags();
+  const near = closest(name, known);
+  fail(`unknown flag --${name}${near ? ` (did you mean --${near}?)` : ''}; \`kvs <command> --help\` lists the flags`);
+}
+
+/** Every long flag some command declares (sade keeps them per command in its tree). */
+function knownFlags(): string[] {
+  const tree = (prog as unknown as { tree: Record<string, { options?: string[][] } | string> }).tree;
+  const names = new Set<string>(['help', 'version']);
+  for (const cmd of Object.values(tree)) {
+    if (typeof cmd === 'string') continue;
+    for (const [spec] of cmd.options ?? []) for (const m of spec!.matchAll(/--([\w-]+)/g)) names.add(m[1]!);
+  }
+  return [...names];
+}
+
+/** The known name within a third of its length in edits (Levenshtein), if any. */
+function closest(name: string, known: string[]): string | undefined {
+  let best: string | undefined;
+  let bestDist = Math.max(2, Math.ceil(name.length / 3)) + 1;
+  for (const k of known) {
+    const d = editDistance(name, k);
+    if (d < bestDist) [best, bestDist] = [k, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = cur;
+  }
+  return prev[b.length]!;
 }
