@@ -18,6 +18,11 @@ export function reportState(detail: string): void {
   process.send?.({ type: 'detail', detail });
 }
 
+/** Conditions the supervisor's /readyz reports, e.g. writes refused for lack of disk space. */
+export function reportHealth(health: { writesRefused: string }): void {
+  process.send?.({ type: 'health', ...health });
+}
+
 export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   let stopping = false;
   const stop = async (why: string) => {
@@ -52,12 +57,18 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
 /**
  * Answers the supervisor's metrics requests (`{type: 'metrics', id}`) with this process's
  * registry as JSON; the supervisor merges every component's into the node's /metrics.
+ * `refresh` sets the gauges that are read off the component's state at scrape time.
  */
-export function serveMetrics(owner: Owner): void {
+export function serveMetrics(owner: Owner, refresh: () => void = () => {}): void {
   if (!process.send) return;
   const registry = processRegistry(owner);
   process.on('message', (msg: { type?: string; id?: number }) => {
     if (msg?.type !== 'metrics') return;
+    try {
+      refresh();
+    } catch {
+      // A component still starting has nothing to read yet: its gauges keep their last values.
+    }
     registry.getMetricsAsJSON().then(
       (metrics) => process.send?.({ type: 'metrics', id: msg.id, metrics }),
       (err: Error) => process.send?.({ type: 'metrics', id: msg.id, error: err.message }),

@@ -121,9 +121,15 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   return cfg;
 }
 
+/** host:port or [v6]:port as [host, port], or undefined when malformed. */
+export function splitHostPort(addr: string): [string, number] | undefined {
+  const m = /^(?:\[([^\]]+)\]|([^:\[\]]+)):(\d+)$/.exec(addr);
+  if (!m || Number(m[3]) > 65535) return undefined;
+  return [m[1] ?? m[2]!, Number(m[3])];
+}
+
 function checkHostPort(name: string, value: string): void {
-  const m = /^(?:[^:\[\]]+|\[[^\]]+\]):(\d+)$/.exec(value);
-  if (!m || Number(m[1]) > 65535) throw new Error(`--${name} must be host:port, got "${value}"`);
+  if (!splitHostPort(value)) throw new Error(`--${name} must be host:port, got "${value}"`);
 }
 
 const MINUTE = 60_000;

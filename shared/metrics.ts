@@ -74,10 +74,14 @@ zeroKnownLabels();
 /** Every metric of the spec, by name (the tests check the merged exposition against it). */
 export const SPEC_METRIC_NAMES: readonly string[] = [...owned.values()].flat().map((m) => (m as unknown as { name: string }).name);
 
-/** This process's registry: the metrics `owner` counts, and Node's process metrics. */
-export function processRegistry(owner: Owner): client.Registry {
+/**
+ * This process's registry: the metrics `owner` counts, and Node's process metrics. `adopt`
+ * names owners that run no process on this node (no archiver without an object store): their
+ * metrics are exported from here, at zero, so the exposition always has every metric.
+ */
+export function processRegistry(owner: Owner, adopt: Owner[] = []): client.Registry {
   const registry = new client.Registry();
-  for (const m of owned.get(owner) ?? []) registry.registerMetric(m);
+  for (const o of [owner, ...adopt]) for (const m of owned.get(o) ?? []) registry.registerMetric(m);
   client.collectDefaultMetrics({ register: registry, labels: { component: owner } });
   return registry;
 }

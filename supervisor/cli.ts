@@ -94,7 +94,7 @@ prog
       if (action === 'status') {
         const res = await ctlCall(opts, 'Status', {});
         if (opts.json) return void process.stdout.write(JSON.stringify(res) + '\n');
-        process.stdout.write(`node ${res.ready ? 'ready' : 'not ready'}, clients on ${res.listen}, supervisor pid ${res.supervisorPid}\n`);
+        process.stdout.write(`node ${res.ready ? 'ready' : `not ready (${res.notReadyReason})`}, clients on ${res.listen}, supervisor pid ${res.supervisorPid}\n`);
         for (const c of res.components) {
           process.stdout.write(`${c.name.padEnd(10)} ${c.state.padEnd(10)} pid ${String(c.pid || '-').padEnd(8)} restarts ${c.restarts}${c.lastExit ? `  last exit: ${c.lastExit}` : ''}${c.detail ? `  (${c.detail})` : ''}\n`);
         }

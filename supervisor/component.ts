@@ -3,6 +3,7 @@
 import { execa, type ResultPromise } from 'execa';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../shared/log.js';
+import type { MetricsJson } from '../shared/metrics.js';
 
 export const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
 
@@ -24,12 +25,16 @@ export class Component {
   lastExit = '';
   /** What the component last said it is doing (reportState), cleared when it exits. */
   detail = '';
+  /** Why the component refuses writes now (reportHealth), cleared when it exits. */
+  writesRefused = '';
   private child: ResultPromise | undefined;
   private exits: number[] = [];
   private backoffMs = BACKOFF_START_MS;
   private restartTimer: NodeJS.Timeout | undefined;
   private readyWaiters: { resolve(): void; reject(e: Error): void }[] = [];
   private wanted = false;
+  private metricsRequests = new Map<number, (m: MetricsJson | undefined) => void>();
+  private nextMetricsId = 1;
 
   constructor(
     readonly name: string,
@@ -64,8 +69,10 @@ export class Component {
     this.pid = child.pid ?? 0;
     child.on('message', (msg: unknown) => {
       if (this.child !== child) return;
-      const m = msg as { type?: string; detail?: string };
+      const m = msg as { type?: string; detail?: string; writesRefused?: string; id?: number; metrics?: MetricsJson };
       if (m?.type === 'detail') this.detail = String(m.detail ?? '');
+      if (m?.type === 'health') this.writesRefused = String(m.writesRefused ?? '');
+      if (m?.type === 'metrics') this.metricsRequests.get(m.id ?? 0)?.(m.metrics);
       if (m?.type !== 'ready') return;
       this.state = 'ready';
       this.log.info({ child: this.name, childPid: this.pid }, `${this.name} ready`);
@@ -80,6 +87,8 @@ export class Component {
     this.child = undefined;
     this.pid = 0;
     this.detail = '';
+    this.writesRefused = '';
+    for (const answer of this.metricsRequests.values()) answer(undefined);
     this.lastExit = signal ? `signal ${signal}` : `code ${code ?? '?'}`;
     const wasReady = this.state === 'ready';
     if (!this.wanted || this.state === 'stopping') {
@@ -115,11 +124,39 @@ export class Component {
     }, delay);
   }
 
-  /** Stops the process (SIGTERM, then SIGKILL after the grace period) and waits for it. */
-  async stop(): Promise<void> {
+  /**
+   * The process's metrics registry as JSON (over the IPC channel), or undefined when it is not
+   * running or does not answer within `timeoutMs` (busy replaying a WAL, say).
+   */
+  metrics(timeoutMs: number): Promise<MetricsJson | undefined> {
+    const child = this.child;
+    if (!child?.connected) return Promise.resolve(undefined);
+    const id = this.nextMetricsId++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => answer(undefined), timeoutMs);
+      const answer = (m: MetricsJson | undefined) => {
+        clearTimeout(timer);
+        this.metricsRequests.delete(id);
+        resolve(m);
+      };
+      this.metricsRequests.set(id, answer);
+      child.send({ type: 'metrics', id }, (err: Error | null) => err && answer(undefined));
+    });
+  }
+
+  /**
+   * The node is stopping: an exit from now on is expected, never restarted. (A SIGTERM sent to
+   * the whole process group reaches the components before the supervisor stops them in order.)
+   */
+  release(): void {
     this.wanted = false;
     if (this.restartTimer) clearTimeout(this.restartTimer);
     this.restartTimer = undefined;
+  }
+
+  /** Stops the process (SIGTERM, then SIGKILL after the grace period) and waits for it. */
+  async stop(): Promise<void> {
+    this.release();
     const child = this.child;
     if (!child) {
       this.state = 'stopped';

@@ -9,6 +9,12 @@ import { createLogger, type Logger } from '../shared/log.js';
 import { service } from '../shared/proto/index.js';
 import { bindUnix, shutdown } from '../shared/grpc/server.js';
 import { Component } from './component.js';
+import { serveHttp, type Probe } from './http.js';
+import * as M from '../shared/metrics.js';
+import type http from 'node:http';
+
+/** How long /metrics waits for a component's registry (a busy one is left out of that scrape). */
+const METRICS_TIMEOUT_MS = 2000;
 
 /**
  * Start order; stop order is the reverse. The archiver (only with an object store) comes
@@ -21,12 +27,16 @@ export class Supervisor {
   private readonly log: Logger;
   private control: grpc.Server | undefined;
   private stopping: Promise<void> | undefined;
-  ready = false;
+  private http: http.Server | undefined;
+  private readonly registry: ReturnType<typeof M.processRegistry>;
+  /** Every component has been ready once: the node has started. */
+  private started = false;
 
   constructor(private readonly cfg: Config) {
     this.log = createLogger('supervisor', cfg.logLevel);
     const args = configArgs(cfg);
     this.components = COMPONENTS.filter((name) => name !== 'archiver' || cfg.s3Bucket).map((name) => new Component(name, args, this.log));
+    this.registry = M.processRegistry('supervisor', cfg.s3Bucket ? [] : ['archiver']);
   }
 
   get(name: string): Component | undefined {
@@ -38,6 +48,8 @@ export class Supervisor {
     claimDataDir(this.cfg.dataDir);
     process.on('SIGTERM', () => void this.stop('SIGTERM'));
     process.on('SIGINT', () => void this.stop('SIGINT'));
+    // Up before the components, so /readyz tells "not ready" during a restore or WAL replay.
+    if (this.cfg.metricsAddr) await this.serveObservability(this.cfg.metricsAddr);
     await this.serveControl();
     try {
       for (const c of this.components) await c.start();
@@ -46,16 +58,18 @@ export class Supervisor {
       await this.stop('startup failure', 1);
       return;
     }
-    this.ready = true;
+    this.started = true;
     this.log.info({ listen: this.cfg.listen, dataDir: this.cfg.dataDir }, `kvs ready: etcd v3 clients on ${this.cfg.listen}, data in ${this.cfg.dataDir}`);
   }
 
   stop(why: string, exitCode = 0): Promise<void> {
     this.stopping ??= (async () => {
       this.log.info({ why }, 'stopping kvs');
-      this.ready = false;
+      for (const c of this.components) c.release();
       for (const c of [...this.components].reverse()) await c.stop();
       if (this.control) await shutdown(this.control, 1000);
+      this.http?.closeAllConnections();
+      this.http?.close();
       releaseDataDir(this.cfg.dataDir);
       this.log.info('kvs stopped');
       process.exit(exitCode);
@@ -63,12 +77,58 @@ export class Supervisor {
     return this.stopping;
   }
 
+  /**
+   * /readyz: the node serves reads, and takes writes. Not while a component is starting
+   * (restore, WAL replay), restarting or stopping, nor while storage refuses writes for lack
+   * of disk space. The reason names the first component that is not ready.
+   */
+  readiness(): Probe {
+    if (this.stopping) return { ok: false, reason: 'kvs is stopping' };
+    for (const c of this.components) {
+      if (c.state !== 'ready') return { ok: false, reason: `${c.name} is ${describeState(c)}` };
+      if (c.writesRefused) return { ok: false, reason: c.writesRefused };
+    }
+    return { ok: true, reason: '' };
+  }
+
+  /** /healthz: the node has started and no component is crash-looping. */
+  health(): Probe {
+    if (this.stopping) return { ok: false, reason: 'kvs is stopping' };
+    if (!this.started) return { ok: false, reason: 'kvs is starting' };
+    const looping = this.components.find((c) => c.state === 'crash-loop');
+    if (looping) return { ok: false, reason: `${looping.name} is crash-looping (last exit: ${looping.lastExit})` };
+    return { ok: true, reason: '' };
+  }
+
+  /** The node's metrics: the supervisor's own and every running component's, merged. */
+  async metrics(): Promise<string> {
+    const parts = await Promise.all([this.registry.getMetricsAsJSON(), ...this.components.map((c) => c.metrics(METRICS_TIMEOUT_MS))]);
+    return M.mergeMetrics(parts.filter((p): p is M.MetricsJson => p !== undefined));
+  }
+
+  private async serveObservability(addr: string): Promise<void> {
+    // A single node; the cluster's peer component will own the role.
+    M.role.set({ role: 'single' }, 1);
+    try {
+      this.http = await serveHttp(addr, { metrics: () => this.metrics(), health: () => this.health(), ready: () => this.readiness() }, (err) =>
+        this.log.error({ err: err.message }, 'metrics endpoint error'),
+      );
+    } catch (err) {
+      releaseDataDir(this.cfg.dataDir);
+      process.stderr.write(`kvs: --metrics-addr ${addr}: ${(err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? 'address already in use' : (err as Error).message}\n`);
+      process.exit(2);
+    }
+    this.log.info({ metricsAddr: addr }, `metrics and health probes on http://${addr}/metrics, /healthz, /readyz`);
+  }
+
   private async serveControl(): Promise<void> {
     const server = new grpc.Server();
     const state = (c: Component) => ({ name: c.name, state: c.state, pid: c.pid, restarts: c.restarts, startedAtMs: c.startedAt, lastExit: c.lastExit, detail: c.detail });
     server.addService(service('kvs.control.Control'), {
-      Status: (_call: unknown, cb: grpc.sendUnaryData<unknown>) =>
-        cb(null, { components: this.components.map(state), ready: this.ready, listen: this.cfg.listen, supervisorPid: process.pid }),
+      Status: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => {
+        const ready = this.readiness();
+        cb(null, { components: this.components.map(state), ready: ready.ok, notReadyReason: ready.reason, listen: this.cfg.listen, supervisorPid: process.pid });
+      },
       Restart: (call: grpc.ServerUnaryCall<{ component: string }, unknown>, cb: grpc.sendUnaryData<unknown>) => {
         const c = this.get(call.request.component);
         if (!c) return cb({ code: grpc.status.NOT_FOUND, details: `no component "${call.request.component}"; components: ${this.components.map((x) => x.name).join(', ')}` });
@@ -82,6 +142,11 @@ export class Supervisor {
     await bindUnix(server, socketPath(this.cfg.dataDir, 'ctl'));
     this.control = server;
   }
+}
+
+function describeState(c: Component): string {
+  const what = { starting: 'starting', stopping: 'stopping', stopped: 'stopped', backoff: 'restarting', 'crash-loop': 'crash-looping', ready: 'ready' }[c.state];
+  return `${what}${c.detail ? `: ${c.detail}` : c.lastExit && c.state !== 'starting' ? ` (last exit: ${c.lastExit})` : ''}`;
 }
 
 /** One node per data directory: a pid file, taken over only from a process that is gone. */

@@ -12,7 +12,7 @@ import { createLogger, type Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
-import { installLifecycle, reportState, signalReady } from '../../shared/component.js';
+import { installLifecycle, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Latest, SstRef } from '../../shared/objectstore/layout.js';
@@ -22,12 +22,14 @@ import { listWalSegments, readLatest, requireCheckpointManifest } from '../../sh
 import { knownPieces, takeCheckpoint, type CheckpointResult } from './checkpoint.js';
 import { WalUploader } from './uploader.js';
 import { readLocalManifest } from './local-manifest.js';
+import * as M from '../../shared/metrics.js';
 
 /** A single node's checkpoints carry term 1 (the raft term it reports). */
 const SINGLE_NODE_TERM = 1;
 
 export async function runArchiver(cfg: Config): Promise<void> {
   const log = createLogger('archiver', cfg.logLevel);
+  serveMetrics('archiver');
   const intervalMs = parseDuration(cfg.checkpointInterval, 'checkpoint-interval');
   const options = objectStoreOptions(cfg);
   const store = await openObjectStore(options);
@@ -197,6 +199,7 @@ class Checkpoints {
       });
       if (!r.unchanged) {
         this.count++;
+        M.checkpointsTotal.inc();
         if (r.manifest) this.known = knownPieces(r.manifest);
       }
       this.latest = r.latest;

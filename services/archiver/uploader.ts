@@ -9,6 +9,7 @@ import { PreconditionFailedError, type ObjectStore } from '../../shared/objectst
 import { walKey } from '../../shared/objectstore/layout.js';
 import type { Logger } from '../../shared/log.js';
 import { num } from '../../shared/proto/index.js';
+import * as M from '../../shared/metrics.js';
 
 interface WalChunk {
   firstIndex: unknown;
@@ -84,6 +85,7 @@ export class WalUploader {
         error += `; reading the uploaded WAL failed: ${(err as Error).message}`;
       }
       this.stats.errors++;
+      M.walUploadErrorsTotal.inc();
       this.lastError = error;
       this.log.error({ first, last, retryInMs: backoff }, `${error}; retrying (writes wait)`);
       this.report(error);
@@ -97,6 +99,7 @@ export class WalUploader {
       try {
         await this.store.put(key, frames, { ifNoneMatch: '*' });
         this.stats.uploads++;
+        M.walUploadsTotal.inc();
         break;
       } catch (err) {
         let error: string;
@@ -104,6 +107,7 @@ export class WalUploader {
           const same = await this.sameObject(key, frames);
           if (same === true) {
             this.stats.conflicts++;
+            M.walUploadConflictsTotal.inc();
             break;
           }
           error =
@@ -114,6 +118,7 @@ export class WalUploader {
           error = `uploading ${this.store.location}/${key} failed: ${(err as Error).message}`;
         }
         this.stats.errors++;
+        M.walUploadErrorsTotal.inc();
         this.lastError = error;
         this.log.error({ key, retryInMs: backoff, failingForMs: Date.now() - started }, `${error}; retrying (writes wait)`);
         this.report(error);
@@ -126,6 +131,8 @@ export class WalUploader {
       this.lastError = '';
     }
     this.uploadedThrough = last;
+    // From the chunk's arrival to its acknowledgement, retries included: what a write waits.
+    M.walUploadDuration.observe((Date.now() - started) / 1000);
     this.log.debug({ key, bytes: frames.length }, 'WAL uploaded');
   }
 

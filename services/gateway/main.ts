@@ -6,7 +6,8 @@ import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { OpenStreams } from '../../shared/grpc/server.js';
 import { GrpcServer } from '../../shared/grpc/http2-server.js';
-import { installLifecycle, signalReady } from '../../shared/component.js';
+import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
+import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
 import { StorageLink } from './storage-client.js';
 import { NodeInfo } from './node-info.js';
@@ -30,6 +31,11 @@ export async function runGateway(cfg: Config): Promise<void> {
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
   const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
   const hub = new Hub(db, log);
+  serveMetrics('gateway', () => {
+    const c = hub.counts();
+    M.watchActive.set(c.watchers);
+    M.watchActivePrefixes.set(c.prefixes);
+  });
   const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
   const streams = new OpenStreams();
   const stopping = new AbortController();

@@ -20,7 +20,9 @@ import type { Logger } from '../../shared/log.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import type { WalRecord } from './wal/frame.js';
 import { ABORT } from 'lmdb';
-import { Executor, type Identity } from './mvcc/execute.js';
+import { Executor, type Identity, type TxnRequest } from './mvcc/execute.js';
+import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
+import * as M from '../../shared/metrics.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
@@ -43,7 +45,14 @@ interface Pending {
   op: number;
   body: Uint8Array;
   done: Done;
+  /** What the write is, for the metrics (refined from `txn` once a Txn is decoded); lease ops have none. */
+  kind: WriteKind | undefined;
+  /** performance.now() at arrival: the write's latency runs from here to its answer. */
+  arrived: number;
 }
+
+/** The kind of each write op before its request is decoded. */
+const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
 
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
@@ -142,7 +151,7 @@ export class Engine {
   /** Queues one write; `done` is called once it is durable and applied, or has failed. */
   submit(op: number, body: Uint8Array, done: Done): void {
     if (this.closed) return done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
-    this.queue.push({ op, body, done });
+    this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now() });
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
@@ -157,7 +166,7 @@ export class Engine {
     if (batch.length === 0) return;
     const refused = this.space.check();
     if (refused) {
-      for (const p of batch) p.done({ code: refused.code, message: refused.message });
+      for (const p of batch) this.finish(p, { code: refused.code, message: refused.message });
       return;
     }
     if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
@@ -186,7 +195,7 @@ export class Engine {
     }
     if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
     this.feed.publish(records, this.executor.revision);
-    for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+    for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
   }
 
   /** Sync upload: execute (aborted), append to the WAL, upload, then apply and answer. */
@@ -207,7 +216,7 @@ export class Engine {
       return this.failBatch(batch, err);
     }
     if (records.length === 0) {
-      for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+      for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
       return;
     }
     this.appliedRevision = appliedRevision;
@@ -219,7 +228,7 @@ export class Engine {
       // then applies them. The callers cannot know the outcome.
       this.inFlight = false;
       const message = `kvs: storage stopped before the write reached the object store; its outcome is unknown (${(err as Error).message})`;
-      for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
+      for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
       return;
     }
     try {
@@ -236,11 +245,23 @@ export class Engine {
     this.inFlight = false;
     this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
     this.feed.publish(records, this.executor.revision);
-    for (let i = 0; i < batch.length; i++) batch[i].done(results[i]);
+    for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     if (this.queue.length && !this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
     }
+  }
+
+  /** Answers one write, and counts it. */
+  private finish(p: Pending, r: WriteResult): void {
+    if (p.kind) {
+      const op = metricOp(p.kind);
+      if (r.code === 0) {
+        M.writesTotal.inc({ op });
+        M.writeDuration.observe({ op }, (performance.now() - p.arrived) / 1000);
+      } else M.writeErrorsTotal.inc({ op });
+    }
+    p.done(r);
   }
 
   /**
@@ -253,7 +274,7 @@ export class Engine {
     for (let i = 0; i < batch.length; i++) {
       const p = batch[i];
       try {
-        const { response, entry } = this.execute(p.op, p.body);
+        const { response, entry } = this.execute(p);
         if (entry) {
           records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
           entries.push(entry);
@@ -284,10 +305,11 @@ export class Engine {
     this.lessor.reload();
     this.log.error({ err, batch: batch.length }, 'write batch failed; nothing of it was applied');
     const message = `kvs: write failed in storage: ${(err as Error).message}`;
-    for (const p of batch) p.done({ code: status.UNAVAILABLE, message });
+    for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
   }
 
-  private execute(op: number, body: Uint8Array): { response: Buffer; entry?: WalEntry } {
+  private execute(p: Pending): { response: Buffer; entry?: WalEntry } {
+    const { op, body } = p;
     if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
     // The gateway forwards the client's bytes undecoded. A body that does not decode fails
     // alone, with gRPC's unmarshalling error (INTERNAL, as etcd): nothing has been written for
@@ -298,8 +320,11 @@ export class Engine {
         return this.executor.put(request('etcdserverpb.PutRequest'));
       case Op.DELETE_RANGE:
         return this.executor.deleteRange(request('etcdserverpb.DeleteRangeRequest'));
-      case Op.TXN:
-        return this.executor.txn(request('etcdserverpb.TxnRequest'));
+      case Op.TXN: {
+        const txn = request<TxnRequest>('etcdserverpb.TxnRequest');
+        p.kind = classifyTxn(txn).kind;
+        return this.executor.txn(txn);
+      }
       case Op.COMPACT:
         return this.executor.compact(request('etcdserverpb.CompactionRequest'));
       case Op.LEASE_GRANT:
@@ -309,6 +334,11 @@ export class Engine {
       default:
         throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown storage operation ${op}`);
     }
+  }
+
+  /** Why writes are refused now (the free-space floor), or undefined while they are taken. */
+  writesRefused(): string | undefined {
+    return this.space.check()?.message;
   }
 
   /** Seals the WAL if its segment is older than the rotation age (called from a timer). */
@@ -336,6 +366,7 @@ export class Engine {
       if (err) return this.log.error({ err }, 'LMDB sync failed; keeping WAL segments');
       if (this.closed) return;
       const removed = this.wal.removeSealedThrough(through);
+      if (this.opts.archivedThrough) M.walGcSegmentsTotal.inc(removed.length);
       if (removed.length) this.log.debug({ removed }, 'removed WAL segments covered by the synced database');
     });
   }
@@ -347,7 +378,7 @@ export class Engine {
     if (this.opts.upload) {
       // Nothing new goes to the object store now: queued writes fail without being executed,
       // and the batch in flight ends (its upload is cancelled by the caller first).
-      for (const p of this.queue.splice(0)) p.done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
+      for (const p of this.queue.splice(0)) this.finish(p, { code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
       await this.flight;
     } else if (this.queue.length) this.drain();
     this.wal.close();

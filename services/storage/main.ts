@@ -5,7 +5,8 @@ import { socketPath } from '../../shared/config.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
-import { installLifecycle, reportState, signalReady } from '../../shared/component.js';
+import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
+import * as M from '../../shared/metrics.js';
 import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
 import { ArchiverLink } from './archiver-link.js';
@@ -13,19 +14,31 @@ import { uploadSegment, uploadWalTail } from './wal-upload.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
+  let opened: Engine | undefined;
+  serveMetrics('storage', () => {
+    if (!opened) return;
+    M.currentRevision.set(opened.revision);
+    M.compactRevision.set(opened.executor.compactRevision);
+  });
   const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
+  if (!link) reportState('replaying the WAL');
   const engine = Engine.open(db, cfg.dataDir, log, opts);
+  opened = engine;
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
   // An idle segment is sealed after SegmentMaxAge so it can be archived. Sealed segments are
   // trimmed once LMDB is synced past them (and, with an object store, once they are uploaded
   // and covered by a checkpoint).
+  // The supervisor's /readyz also says whether writes are refused for lack of disk space.
+  let refused: string | undefined;
   const rotation = setInterval(() => {
     engine.rotateIfDue();
     engine.trimWal();
+    const now = engine.writesRefused();
+    if (now !== refused) reportHealth({ writesRefused: (refused = now) ?? '' });
   }, 1000);
   rotation.unref();
   engine.lessor.startExpiry();
@@ -42,7 +55,7 @@ export async function runStorage(cfg: Config): Promise<void> {
     },
   });
   log.info({ socket, revision: engine.executor.revision }, 'storage ready');
-  if (link) reportState('');
+  reportState('');
   signalReady({ revision: engine.executor.revision });
 }
 

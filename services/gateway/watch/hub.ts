@@ -17,6 +17,8 @@ import { MAX_REQUEST_BYTES } from '../../../shared/errors.js';
 import { contains, type KeyRange } from './key-range.js';
 import { WatcherIndex, type IndexCounts } from './watcher-index.js';
 
+import * as M from '../../../shared/metrics.js';
+
 export type { Change } from '../../../shared/mvcc/history.js';
 
 /** What a watcher's owner implements. */
@@ -271,7 +273,9 @@ export class Hub {
       }
     }
     if (pending.length === 0) return this.unsynced.size > 0 && progressed;
+    const scanStart = performance.now();
     const slice = readHistory(this.db, from, to, MAX_CHANGES_PER_PASS);
+    let matched = 0;
     const lists = new Map<Watcher, { changes: Change[]; revs: number; bytes: number; lastRev: number; more: number }>();
     const index = new WatcherIndex<Watcher>();
     for (const w of pending) index.add(w.range, w);
@@ -291,8 +295,13 @@ export class Hub {
         }
         l.changes.push(c);
         l.bytes += c.kv.length;
+        matched++;
       });
     }
+    M.watchScanDuration.observe((performance.now() - scanStart) / 1000);
+    M.watchScanRevisionSpan.observe(slice.through - from + 1);
+    M.watchScanEntriesTotal.inc({ result: 'scanned' }, slice.changes.length);
+    M.watchScanEntriesTotal.inc({ result: 'matched' }, matched);
     for (const w of pending) {
       if (w.cancelled) continue;
       const l = lists.get(w);
