@@ -1,0 +1,237 @@
+// The node's HTTP observability endpoints (--metrics-addr), end to end: a real node, real
+// clients, and a real Prometheus (Debian's `prometheus`) scraping it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, type Ctx } from './harness.js';
+import { SPEC_METRIC_NAMES } from '../shared/metrics.js';
+
+const PROMETHEUS_BIN = '/usr/bin/prometheus';
+
+interface Sample { name: string; labels: Record<string, string>; value: number }
+
+/** The samples of a Prometheus text exposition (enough of the format for these tests). */
+function samples(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    assert.ok(m, `not an exposition line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
+    out.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+function value(all: Sample[], name: string, labels: Record<string, string> = {}): number | undefined {
+  return all.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+}
+
+async function get(addr: string, urlPath: string, init?: RequestInit): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://${addr}${urlPath}`, init);
+  return { status: res.status, body: await res.text() };
+}
+
+async function metricsNode(t: Ctx, args: string[] = []) {
+  const addr = `127.0.0.1:${await freePort()}`;
+  const node = await startKvs(t, { args: ['--metrics-addr', addr, ...args] });
+  return { node, addr };
+}
+
+test('/metrics has every metric of the spec, with values the writes imply; a real Prometheus scrapes it', async (t) => {
+  const { node, addr } = await metricsNode(t);
+  const etcd = client(t, node.endpoint);
+
+  // Writes of every kind, as Kubernetes and plain clients make them.
+  for (let i = 0; i < 3; i++) await etcd.put(`/registry/pods/p${i}`).value('v');
+  await etcd.if('/registry/cm/a', 'Mod', '==', 0).then(etcd.put('/registry/cm/a').value('1')).commit(); // create
+  await etcd.if('/registry/cm/b', 'Mod', '==', 0).then(etcd.put('/registry/cm/b').value('1')).commit(); // create
+  const rev = Number((await etcd.get('/registry/cm/a').exec()).kvs[0]!.mod_revision);
+  await etcd.if('/registry/cm/a', 'Mod', '==', rev).then(etcd.put('/registry/cm/a').value('2')).else(etcd.get('/registry/cm/a')).commit(); // update
+  const revB = Number((await etcd.get('/registry/cm/b').exec()).kvs[0]!.mod_revision);
+  await etcd.if('/registry/cm/b', 'Mod', '==', revB).then(etcd.delete().key('/registry/cm/b')).else(etcd.get('/registry/cm/b')).commit(); // guarded delete
+  await etcd.delete().key('/registry/pods/p0'); // DeleteRange
+  await etcd.if('x', 'Value', '==', 'y').then(etcd.put('x').value('z')).commit(); // another txn
+  const put = await etcdctl(node.endpoint, ['put', 'missing', '--ignore-value']); // an error
+  assert.notEqual(put.exitCode, 0);
+  const head = Number((await etcd.get('/registry/pods/p1').exec()).header.revision);
+  assert.equal((await etcdctl(node.endpoint, ['compact', String(head - 1)])).exitCode, 0);
+  // Two client watches open now.
+  const w1 = await etcd.watch().prefix('/registry/').create();
+  const w2 = await etcd.watch().key('x').create();
+  onCleanup(t, () => Promise.all([w1.cancel(), w2.cancel()]));
+
+  const res = await get(addr, '/metrics');
+  assert.equal(res.status, 200);
+  for (const name of SPEC_METRIC_NAMES) {
+    assert.match(res.body, new RegExp(`^# HELP ${name} \\S`, 'm'), `HELP of ${name}`);
+    assert.match(res.body, new RegExp(`^# TYPE ${name} (counter|gauge|histogram)$`, 'm'), `TYPE of ${name}`);
+  }
+  const all = samples(res.body);
+  // The spec's labels only: no component label on kvs_* however many processes count.
+  for (const s of all.filter((x) => x.name.startsWith('kvs_'))) assert.ok(!('component' in s.labels), `${s.name} has a component label`);
+  for (const c of ['supervisor', 'storage', 'gateway']) assert.ok(value(all, 'process_cpu_seconds_total', { component: c }) !== undefined, `process metrics of ${c}`);
+  const writes = (op: string) => value(all, 'kvs_writes_total', { op });
+  assert.deepEqual(
+    { put: writes('put'), create: writes('create'), update: writes('update'), delete: writes('delete'), txn: writes('txn'), compact: writes('compact') },
+    { put: 3, create: 2, update: 1, delete: 2, txn: 1, compact: 1 },
+  );
+  assert.equal(value(all, 'kvs_write_errors_total', { op: 'put' }), 1);
+  assert.equal(value(all, 'kvs_write_duration_seconds_count', { op: 'put' }), 3);
+  assert.equal(value(all, 'kvs_current_revision'), head);
+  assert.equal(value(all, 'kvs_compact_revision'), head - 1);
+  assert.equal(value(all, 'kvs_watch_active'), 2);
+  assert.equal(value(all, 'kvs_watch_active_prefixes'), 1);
+  assert.equal(value(all, 'kvs_role', { role: 'single' }), 1);
+  assert.equal(value(all, 'kvs_role', { role: 'leader' }), 0);
+
+  // A real Prometheus scrapes the node and sees the same values.
+  const dir = await tempDir(t, 'kvs-prometheus-');
+  const config = path.join(dir, 'prometheus.yml');
+  fs.writeFileSync(config, `global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\nscrape_configs:\n  - job_name: kvs\n    static_configs:\n      - targets: ['${addr}']\n`);
+  const promAddr = `127.0.0.1:${await freePort()}`;
+  const prom = await startProcess(t, PROMETHEUS_BIN, [`--config.file=${config}`, `--storage.tsdb.path=${path.join(dir, 'data')}`, `--web.listen-address=${promAddr}`, '--log.level=warn']);
+  const query = async (q: string): Promise<number | undefined> => {
+    try {
+      const r = await get(promAddr, `/api/v1/query?query=${encodeURIComponent(q)}`);
+      const result = JSON.parse(r.body).data?.result ?? [];
+      return result.length === 1 ? Number(result[0].value[1]) : undefined;
+    } catch {
+      return undefined; // not up yet
+    }
+  };
+  const seen = await pollUntil(
+    `Prometheus to scrape the node (output: ${prom.output().slice(-2000)})`,
+    async () => ((await query('up{job="kvs"}')) === 1 && (await query('kvs_writes_total{op="put"}')) !== undefined ? true : undefined),
+    60_000,
+  );
+  assert.ok(seen);
+  assert.equal(await query('kvs_writes_total{op="put"}'), 3);
+  assert.equal(await query('kvs_writes_total{op="create"}'), 2);
+  assert.equal(await query('kvs_current_revision'), head);
+  assert.equal(await query('kvs_watch_active'), 2);
+  assert.equal(await query('kvs_role{role="single"}'), 1);
+  assert.ok((await query('sum(process_resident_memory_bytes{component="storage"})'))! > 0);
+  // More writes move the counter by exactly that many.
+  for (let i = 0; i < 5; i++) await etcd.put(`k${i}`).value('v');
+  await pollUntil('Prometheus to see 8 puts', async () => ((await query('kvs_writes_total{op="put"}')) === 8 ? true : undefined), 30_000);
+});
+
+test('/healthz and /readyz: 503 with the reason while the node restores and replays, and while storage restarts; then 200', async (t) => {
+  // A node whose restore takes a while: a prefix with many uploaded WAL records past its checkpoint.
+  const store = await localObjectStore(t);
+  const first = await startKvs(t, { objectStore: store, args: ['--checkpoint-interval', '1h'] });
+  const etcd = client(t, first.endpoint);
+  // The first checkpoint is taken soon after a fresh prefix starts; the writes come after it.
+  await pollUntil('the first checkpoint', async () => (fs.existsSync(path.join(store.root, store.bucket)) && (await first.ctl(['status'])).stdout.includes('checkpoint at revision') ? true : undefined), 30_000);
+  for (let i = 0; i < 40; i++) await Promise.all(Array.from({ length: 250 }, (_, j) => etcd.put(`key-${i}-${j}`).value('x'.repeat(100))));
+  await first.stop();
+
+  // The same prefix into an empty data directory: probe from before the supervisor listens.
+  const addr = `127.0.0.1:${await freePort()}`;
+  const probes: { status: number; body: string }[] = [];
+  let probing = true;
+  const prober = (async () => {
+    while (probing) {
+      try {
+        const r = await get(addr, '/readyz');
+        if (probes.at(-1)?.body !== r.body) probes.push(r);
+      } catch {
+        // not listening yet
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  })();
+  const node = await startKvs(t, { objectStore: store, args: ['--metrics-addr', addr] });
+  await pollUntil('readyz 200', async () => ((await get(addr, '/readyz')).status === 200 ? true : undefined), 60_000);
+  probing = false;
+  await prober;
+  const notReady = probes.filter((p) => p.status === 503);
+  assert.ok(notReady.length > 0, `no 503 seen during the restore: ${JSON.stringify(probes)}`);
+  assert.ok(notReady.some((p) => /archiver is starting|storage is starting/.test(p.body)), JSON.stringify(notReady));
+  for (const p of notReady) assert.match(p.body, /^[^\n]+\n$/, 'one line');
+  assert.equal(probes.at(-1)!.status, 200);
+  assert.equal((await get(addr, '/healthz')).status, 200);
+  assert.equal(Number((await client(t, node.endpoint).get('key-39-249').exec()).kvs.length), 1);
+
+  // Storage killed: not ready until it is back.
+  const storagePid = JSON.parse((await node.ctl(['status', '--json'])).stdout).components.find((c: { name: string }) => c.name === 'storage').pid;
+  process.kill(storagePid, 'SIGKILL');
+  const during = await pollUntil('readyz 503 after the storage kill', async () => {
+    const r = await get(addr, '/readyz');
+    return r.status === 503 ? r.body : undefined;
+  }, 10_000);
+  assert.match(during, /^storage is (restarting|starting)/);
+  await pollUntil('readyz 200 again', async () => ((await get(addr, '/readyz')).status === 200 ? true : undefined), 30_000);
+  assert.equal((await node.ctl(['status'])).stdout.split('\n')[0]!.startsWith('node ready'), true);
+});
+
+test('/readyz is 503 while storage refuses writes for lack of disk space, 200 once space is back', async (t) => {
+  if (process.getuid?.() !== 0) return t.skip('needs root, to mount a small tmpfs as the data directory');
+  const dir = await tempDir(t, 'kvs-small-fs-');
+  const mounted = await runCommand('mount', ['-t', 'tmpfs', '-o', 'size=256m', 'tmpfs', dir]);
+  if (mounted.exitCode !== 0) return t.skip(`cannot mount a tmpfs here: ${mounted.stderr.trim()}`);
+  onCleanup(t, () => runCommand('umount', ['-l', dir]));
+  const dataDir = path.join(dir, 'data');
+  const addr = `127.0.0.1:${await freePort()}`;
+  const node = await startKvs(t, { dataDir, args: ['--metrics-addr', addr] });
+  assert.equal((await get(addr, '/readyz')).status, 200);
+  // Fill the filesystem to below storage's 64 MiB floor.
+  const free = () => { const s = fs.statfsSync(dir); return s.bavail * s.bsize; };
+  const filler = path.join(dir, 'filler');
+  fs.writeFileSync(filler, Buffer.alloc(free() - 32 * 1024 * 1024));
+  const reason = await pollUntil('readyz 503 on a full disk', async () => {
+    const r = await get(addr, '/readyz');
+    return r.status === 503 ? r.body : undefined;
+  }, 10_000);
+  assert.match(reason, /storage refuses writes: .* free/);
+  const put = await etcdctl(node.endpoint, ['put', 'k', 'v']);
+  assert.notEqual(put.exitCode, 0);
+  assert.match(put.stderr, /refuses writes/);
+  fs.rmSync(filler);
+  await pollUntil('readyz 200 once space is back', async () => ((await get(addr, '/readyz')).status === 200 ? true : undefined), 10_000);
+  assert.equal((await etcdctl(node.endpoint, ['put', 'k', 'v'])).exitCode, 0);
+});
+
+test('bad input: an occupied or malformed --metrics-addr refuses to start; unknown paths and methods get 404/405', async (t) => {
+  const busy = net.createServer().listen(0, '127.0.0.1');
+  await new Promise((resolve) => busy.once('listening', resolve));
+  onCleanup(t, () => new Promise((resolve) => busy.close(resolve)));
+  const port = (busy.address() as net.AddressInfo).port;
+  const dataDir = await tempDir(t, 'kvs-busy-');
+  const occupied = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', `127.0.0.1:${await freePort()}`, '--metrics-addr', `127.0.0.1:${port}`], { timeoutMs: 20_000 });
+  assert.equal(occupied.exitCode, 2);
+  assert.equal(occupied.stderr, `kvs: --metrics-addr 127.0.0.1:${port}: address already in use\n`);
+  const malformed = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, '--metrics-addr', 'localhost'], { timeoutMs: 20_000 });
+  assert.equal(malformed.exitCode, 2);
+  assert.equal(malformed.stderr, 'kvs: --metrics-addr must be host:port, got "localhost"\n');
+
+  const { node, addr } = await metricsNode(t);
+  assert.equal((await get(addr, '/nope')).status, 404);
+  assert.equal((await get(addr, '/metrics', { method: 'POST', body: 'x' })).status, 405);
+  assert.equal((await get(addr, '/readyz', { method: 'DELETE' })).status, 405);
+  assert.equal((await get(addr, '/readyz?verbose=1')).status, 200);
+  // Garbage on the socket: the connection is answered or closed, the node keeps serving.
+  await new Promise<void>((resolve) => {
+    const s = net.connect(Number(addr.split(':')[1]), '127.0.0.1', () => s.end('\x00\x01garbage\r\n\r\n'));
+    s.on('close', () => resolve());
+    s.on('error', () => resolve());
+    s.resume();
+  });
+  assert.equal((await get(addr, '/healthz')).status, 200);
+  assert.equal((await etcdctl(node.endpoint, ['put', 'still', 'up'])).exitCode, 0);
+});
+
+test('a SIGTERM to the whole process group stops the node quietly: no component is restarted', async (t) => {
+  const store = await localObjectStore(t);
+  const node = await startKvs(t, { args: objectStoreArgs(store) });
+  await etcdctl(node.endpoint, ['put', 'a', 'b']);
+  process.kill(-node.pid, 'SIGTERM');
+  const exit = await node.stop();
+  assert.equal(exit.code, 0);
+  assert.doesNotMatch(node.output(), /exited unexpectedly|restarting|crash-looping/);
+  assert.match(node.output(), /kvs stopped/);
+});
