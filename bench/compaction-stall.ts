@@ -2,8 +2,8 @@
 // `node dist/bench/compaction-stall.js [revisions] [keys]` (defaults 1,000,000 and 5,000).
 //
 // Builds a store of `revisions` puts over `keys` keys (128-byte values) directly through the
-// apply path (WAL entries applied to LMDB in transactions of 10,000, no WAL written: the
-// engine then continues numbering after LMDB's applied index), opens the storage engine on it
+// apply path (integration/history-fixture.ts: WAL entries applied to LMDB in transactions of
+// 10,000, no WAL written; the engine continues after LMDB's applied index), opens the storage engine on it
 // as the storage process does, runs one serial writer (each put waits for the previous one,
 // so its latency is queueing + the drain + fdatasync), and after a second of writes submits a
 // Compact to 1,000 revisions below the head. Prints the put latencies during the compaction
@@ -13,43 +13,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { openMvcc, META } from '../shared/mvcc/schema.js';
-import { encodeKeyValue } from '../shared/mvcc/keyvalue.js';
 import { createLogger } from '../shared/log.js';
 import { encode } from '../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from '../services/storage/engine.js';
-import { applyEntry, MUTATION_PUT, type WalEntry } from '../services/storage/mvcc/apply.js';
+import { writeHistory } from '../integration/history-fixture.js';
 
 const revisions = Number(process.argv[2] ?? 1_000_000);
 const keyCount = Number(process.argv[3] ?? 5_000);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-compact-stall-'));
 const log = createLogger('bench', 'silent');
-
-function load(): void {
-  const db = openMvcc(dir, { readOnly: false, writemap: true });
-  const value = Buffer.alloc(128, 'v');
-  const versions = new Array<number>(keyCount).fill(0);
-  const created = new Array<number>(keyCount).fill(0);
-  const t0 = performance.now();
-  const CHUNK = 10_000;
-  for (let first = 2; first < revisions + 2; first += CHUNK) {
-    db.env.transactionSync(() => {
-      for (let rev = first; rev < Math.min(first + CHUNK, revisions + 2); rev++) {
-        const k = (rev * 7919) % keyCount; // keys in a scattered order
-        if (!versions[k]) created[k] = rev;
-        versions[k]++;
-        const key = Buffer.from(`/registry/pods/ns-${k % 50}/pod-${String(k).padStart(6, '0')}`);
-        const entry: WalEntry = {
-          revision: rev, compactRevision: 0,
-          mutations: [{ type: MUTATION_PUT, kv: encodeKeyValue({ key, createRevision: created[k], modRevision: rev, version: versions[k], value, lease: 0n }) }],
-        };
-        applyEntry(db, entry, rev - 1);
-      }
-    });
-  }
-  const { size } = fs.statSync(path.join(dir, 'db', 'data.mdb'));
-  console.log(`loaded ${revisions} revisions over ${keyCount} keys in ${((performance.now() - t0) / 1000).toFixed(1)} s (file ${(size / 2 ** 20).toFixed(0)} MiB apparent)`);
-  void db.env.close();
-}
 
 function submit(engine: Engine, op: number, type: string, req: object): Promise<WriteResult> {
   return new Promise((resolve) => engine.submit(op, encode(type, req), resolve));
@@ -63,7 +35,9 @@ function stats(xs: number[]): string {
 }
 
 async function main(): Promise<void> {
-  load();
+  const t0 = performance.now();
+  await writeHistory(dir, revisions, keyCount);
+  console.log(`loaded ${revisions} revisions over ${keyCount} keys in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   const db = openMvcc(dir, { readOnly: false, writemap: true });
   const engine = Engine.open(db, dir, log);
   const head = engine.executor.revision;

@@ -23,6 +23,16 @@ export class CompactionSteps {
   /** `paused`: no step now (a batch is between execution and apply); the engine kicks again after it. */
   constructor(private readonly db: MvccDb, private readonly log: Logger, private readonly paused: () => boolean) {}
 
+  /** At open: a removal interrupted by a stop or crash, or a Compact just replayed from the WAL, continues. */
+  resume(): void {
+    if (!compactionPending(this.db)) return;
+    const target = readMeta(this.db, META.compactRevision);
+    const cursor = this.db.meta.get(META.compactCursor) as [number, number] | undefined;
+    const from = cursor ? cursor[0] : readMeta(this.db, META.compactedThrough) + 1;
+    this.log.info({ revision: target, from }, `compaction: resuming the removal of history compacted to revision ${target}, at revision ${from}`);
+    this.kick();
+  }
+
   /** Schedules the next step if a removal is pending. */
   kick(): void {
     if (this.scheduled || this.stopped || !compactionPending(this.db)) return;

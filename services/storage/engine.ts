@@ -96,7 +96,7 @@ export class Engine {
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
     this.index = readMeta(db, META.appliedIndex);
     this.compaction = new CompactionSteps(db, log, () => this.inFlight);
-    this.compaction.kick(); // a removal interrupted by a crash, or replayed, resumes
+    this.compaction.resume();
   }
 
   /** The current revision as readers see it: not that of a batch still being uploaded. */
