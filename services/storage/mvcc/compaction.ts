@@ -64,10 +64,15 @@ function compactKey(db: MvccDb, key: Buffer, target: number, limit: number): { r
   return { removed, done: true };
 }
 
+/** History records read per page of a step's walk, and at most per step. */
+const PAGE = 128;
+const MAX_READ_PER_STEP = 4 * STEP_LIMIT;
+
 /**
  * One bounded step of the pending physical removal, in the caller's write transaction: walks
  * `history` from the cursor towards the compact revision and compacts every key it meets,
- * removing at most about `limit` records. Returns true when nothing is pending any more.
+ * removing at most `limit` records (and reading at most a few thousand). Returns true when
+ * nothing is pending any more.
  *
  * Every key with changes in (compactedThrough, compact revision] has something to remove (no
  * other key has). The walk meets each such key at its oldest change there; a key's later
@@ -79,45 +84,40 @@ export function compactStep(db: MvccDb, limit = STEP_LIMIT): boolean {
   const target = readMeta(db, META.compactRevision);
   const through = readMeta(db, META.compactedThrough);
   if (through >= target) return true;
-  const cursor = db.meta.get(META.compactCursor) as [number, number] | undefined;
-  // Read first, then remove: the walk does not run over its own removals.
-  const records: { revkey: Buffer; key: Buffer }[] = [];
-  for (const { key: rk, value } of db.history.getRange({
-    start: cursor ? revKey(cursor[0], cursor[1]) : revKey(through + 1, 0),
-    exclusiveStart: !!cursor,
-    end: revKey(target + 1, 0),
-    limit,
-  })) {
-    records.push({ revkey: Buffer.from(rk), key: Buffer.from(decodeKeyValue(value).key) });
-  }
+  const saved = db.meta.get(META.compactCursor) as [number, number] | undefined;
+  let cursor = saved ? revKey(saved[0], saved[1]) : undefined;
+  const end = revKey(target + 1, 0);
+  const stop = (): false => {
+    if (cursor) db.meta.putSync(META.compactCursor, [mainOf(cursor), subOf(cursor)]);
+    return false;
+  };
   let removed = 0;
-  let last: Buffer | undefined;
-  let complete = true;
+  let read = 0;
   const met = new Set<string>();
-  for (const { revkey, key } of records) {
-    const id = key.toString('latin1');
-    if (!met.has(id)) {
-      if (removed >= limit) {
-        complete = false;
-        break;
-      }
-      const r = compactKey(db, key, target, limit - removed);
-      removed += r.removed;
-      if (!r.done) {
-        complete = false; // this record is met again next step
-        break;
-      }
-      met.add(id);
+  for (;;) {
+    // A page is read before anything of it is removed: the walk does not run over its own removals.
+    const page: { revkey: Buffer; key: Buffer }[] = [];
+    for (const { key: rk, value } of db.history.getRange({ start: cursor ?? revKey(through + 1, 0), exclusiveStart: !!cursor, end, limit: PAGE })) {
+      page.push({ revkey: Buffer.from(rk), key: Buffer.from(decodeKeyValue(value).key) });
     }
-    last = revkey;
+    read += page.length;
+    for (const { revkey, key } of page) {
+      const id = key.toString('latin1');
+      if (!met.has(id)) {
+        if (removed >= limit) return stop();
+        const r = compactKey(db, key, target, limit - removed);
+        removed += r.removed;
+        if (!r.done) return stop(); // this record is met again next step
+        met.add(id);
+      }
+      cursor = revkey;
+    }
+    if (page.length < PAGE) break;
+    if (read >= MAX_READ_PER_STEP) return stop();
   }
-  if (complete && records.length < limit) {
-    db.meta.putSync(META.compactedThrough, target);
-    db.meta.removeSync(META.compactCursor);
-    return true;
-  }
-  if (last) db.meta.putSync(META.compactCursor, [mainOf(last), subOf(last)]);
-  return false;
+  db.meta.putSync(META.compactedThrough, target);
+  db.meta.removeSync(META.compactCursor);
+  return true;
 }
 
 /** Runs the pending removal to its end, in the caller's write transaction (tests, tools). */
