@@ -3,8 +3,8 @@
 //
 // Builds a store of `revisions` puts over `keys` keys (128-byte values) directly through the
 // apply path (integration/history-fixture.ts: WAL entries applied to LMDB in transactions of
-// 10,000, no WAL written; the engine continues after LMDB's applied index), opens the storage engine on it
-// as the storage process does, runs one serial writer (each put waits for the previous one,
+// 10,000, no WAL written; the engine continues after LMDB's applied index), opens the storage
+// engine on it as the storage process does, runs one serial writer (each put waits for the previous one,
 // so its latency is queueing + the drain + fdatasync), and after a second of writes submits a
 // Compact to 1,000 revisions below the head. Prints the put latencies during the compaction
 // (from its submission until its physical removal is finished) and before it.
