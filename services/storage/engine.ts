@@ -20,13 +20,14 @@ import type { Logger } from '../../shared/log.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import type { WalRecord } from './wal/frame.js';
 import { ABORT } from 'lmdb';
-import { Executor, type Identity, type TxnRequest } from './mvcc/execute.js';
+import { Executor, type Identity, type TxnRequest, type CompactionRequest } from './mvcc/execute.js';
 import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
 import * as M from '../../shared/metrics.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
+import { CompactionSteps, REMOVAL_STOPPED } from './compaction-steps.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
@@ -76,6 +77,8 @@ export class Engine {
   readonly executor: Executor;
   readonly identity: Identity;
   readonly lessor: Lessor;
+  /** A compaction's physical removal, in steps between batches. */
+  readonly compaction: CompactionSteps;
   /** Committed batches, for watchers (Storage.Feed). */
   readonly feed = new CommitFeed();
   private queue: Pending[] = [];
@@ -101,6 +104,8 @@ export class Engine {
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
     this.index = readMeta(db, META.appliedIndex);
+    this.compaction = new CompactionSteps(db, log, () => this.inFlight);
+    this.compaction.resume();
   }
 
   /** The current revision as readers see it: not that of a batch still being uploaded. */
@@ -196,6 +201,7 @@ export class Engine {
     if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
     this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
+    this.compaction.kick();
   }
 
   /** Sync upload: execute (aborted), append to the WAL, upload, then apply and answer. */
@@ -246,6 +252,7 @@ export class Engine {
     this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
     this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
+    this.compaction.kick();
     if (this.queue.length && !this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
@@ -274,7 +281,8 @@ export class Engine {
     for (let i = 0; i < batch.length; i++) {
       const p = batch[i];
       try {
-        const { response, entry } = this.execute(p);
+        const { response, entry, physical } = this.execute(p);
+        if (physical) p.done = this.afterRemoval(p.done);
         if (entry) {
           records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
           entries.push(entry);
@@ -308,7 +316,12 @@ export class Engine {
     for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
   }
 
-  private execute(p: Pending): { response: Buffer; entry?: WalEntry } {
+  /** A Compact with physical=true is answered once the compacted history is removed (as etcd). */
+  private afterRemoval(done: Done): Done {
+    return (r) => (r.code ? done(r) : this.compaction.whenRemoved((ok) => done(ok ? r : REMOVAL_STOPPED)));
+  }
+
+  private execute(p: Pending): { response: Buffer; entry?: WalEntry; physical?: boolean } {
     const { op, body } = p;
     if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
     // The gateway forwards the client's bytes undecoded. A body that does not decode fails
@@ -325,8 +338,10 @@ export class Engine {
         p.kind = classifyTxn(txn).kind;
         return this.executor.txn(txn);
       }
-      case Op.COMPACT:
-        return this.executor.compact(request('etcdserverpb.CompactionRequest'));
+      case Op.COMPACT: {
+        const r = request<CompactionRequest>('etcdserverpb.CompactionRequest');
+        return { ...this.executor.compact(r), physical: r.physical };
+      }
       case Op.LEASE_GRANT:
         return this.lessor.grant(request('etcdserverpb.LeaseGrantRequest'));
       case Op.LEASE_REVOKE:
@@ -374,6 +389,7 @@ export class Engine {
   /** Stops taking writes, finishes the queued ones, and closes the WAL. */
   async close(): Promise<void> {
     this.lessor.stop();
+    this.compaction.stop();
     this.closed = true;
     if (this.opts.upload) {
       // Nothing new goes to the object store now: queued writes fail without being executed,

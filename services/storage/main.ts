@@ -11,6 +11,7 @@ import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
 import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
+import { startAutoCompaction } from './compactor.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
@@ -42,9 +43,11 @@ export async function runStorage(cfg: Config): Promise<void> {
   }, 1000);
   rotation.unref();
   engine.lessor.startExpiry();
+  const compactor = startAutoCompaction(cfg, engine, log);
   installLifecycle(log, {
     async stop() {
       clearInterval(rotation);
+      compactor?.stop();
       // Cancels a stalled upload: its batch fails with an unknown outcome (it is in the WAL).
       link?.close();
       // Finish what is queued, answer it, then end the write streams so the shutdown does not

@@ -50,12 +50,17 @@ export interface HistorySlice {
 export function readHistory(db: MvccDb, from: number, to: number, maxChanges = Infinity): HistorySlice {
   const changes: Change[] = [];
   if (from > to) return { changes, through: to };
+  // A deletion at or below the compact revision is removed by the compaction, but may still be
+  // stored while its physical removal is in progress (services/storage/mvcc/compaction.ts).
+  const compacted = compactRevision(db);
   let last = 0;
   for (const { key, value } of db.history.getRange({ start: revKey(from, 0), end: revKey(to + 1, 0) })) {
     const rev = mainOf(key);
     if (changes.length >= maxChanges && rev !== last) return { changes, through: last };
     last = rev;
-    changes.push(changeOf(value, rev));
+    const change = changeOf(value, rev);
+    if (rev <= compacted && change.type === EventType.DELETE) continue;
+    changes.push(change);
   }
   return { changes, through: to };
 }
@@ -66,6 +71,11 @@ export function currentRevision(db: MvccDb): number {
 
 export function compactRevision(db: MvccDb): number {
   return readMeta(db, META.compactRevision);
+}
+
+/** Whether versions a compaction made unreachable may still be stored (their removal runs in steps). */
+export function compactionPending(db: MvccDb): boolean {
+  return readMeta(db, META.compactedThrough) < readMeta(db, META.compactRevision);
 }
 
 /**

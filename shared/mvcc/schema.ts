@@ -49,6 +49,8 @@ export const META = {
   compactRevision: 'compactRevision',
   /** The last compaction whose physical removal has finished (compaction resumes after a crash). */
   compactedThrough: 'compactedThrough',
+  /** [main, sub] of the last history record the pending removal has passed (services/storage/mvcc/compaction.ts). */
+  compactCursor: 'compactCursor',
   appliedIndex: 'appliedIndex',
   clusterId: 'clusterId',
   memberId: 'memberId',

@@ -1,11 +1,12 @@
 // The only code that mutates the MVCC tables. The live write path and WAL replay both go
 // through it, so a replayed entry lands exactly as it did the first time.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
-import { META, readMeta } from '../../../shared/mvcc/schema.js';
+import { META } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyvalue.js';
-import { revKey, keyRevValue, refMain, refIsPut, refRevKey, EVENT_PUT, EVENT_DELETE } from '../../../shared/mvcc/revision.js';
+import { revKey, keyRevValue, EVENT_PUT, EVENT_DELETE } from '../../../shared/mvcc/revision.js';
 import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
+import { markCompaction } from './compaction.js';
 
 export const MUTATION_PUT = 0;
 export const MUTATION_DELETE = 1;
@@ -74,35 +75,8 @@ export function applyEntry(db: MvccDb, entry: WalEntry, index: number): void {
     else applyPut(db, key, kv, entry.revision, sub);
   });
   if (entry.revision > 0) db.meta.putSync(META.revision, entry.revision);
-  if (entry.compactRevision > 0) applyCompaction(db, entry.compactRevision);
+  // The removal of what it made unreachable follows in steps (compaction.ts).
+  if (entry.compactRevision > 0) markCompaction(db, entry.compactRevision);
   applyLeaseChanges(db, entry);
   db.meta.putSync(META.appliedIndex, index);
-}
-
-/**
- * Physically removes history below `rev` (etcd's compaction rule): of every key's versions at
- * or below `rev`, only the newest stays, and not even that one if it is a deletion. Only keys
- * changed since the previous compaction can have anything to remove.
- */
-export function applyCompaction(db: MvccDb, rev: number): void {
-  db.meta.putSync(META.compactRevision, rev);
-  const from = readMeta(db, META.compactedThrough);
-  const changed = new Map<string, Buffer>();
-  for (const { value } of db.history.getRange({ start: revKey(from + 1, 0), end: revKey(rev + 1, 0) })) {
-    const key = asBuffer(decodeKeyValue(value).key);
-    changed.set(key.toString('latin1'), Buffer.from(key));
-  }
-  for (const key of changed.values()) {
-    const refs = [...db.keyrevs.getValues(key)]; // newest first
-    const below = refs.findIndex((ref) => refMain(ref) <= rev);
-    if (below < 0) continue;
-    const drop = refIsPut(refs[below]) ? refs.slice(below + 1) : refs.slice(below);
-    for (const ref of drop) {
-      db.keyrevs.removeSync(key, ref);
-      db.history.removeSync(refRevKey(ref));
-    }
-    // Nothing left of a deleted key: it leaves the index, and so the deleted keys.
-    if (drop.length === refs.length) db.deleted.removeSync(key);
-  }
-  db.meta.putSync(META.compactedThrough, rev);
 }

@@ -11,7 +11,8 @@ import { Errors, MAX_TXN_OPS } from '../../../shared/errors.js';
 import { num, bigint } from '../../../shared/proto/index.js';
 import { leaseExists } from '../../../shared/mvcc/leases.js';
 import { isLive, liveVersion } from '../../../shared/mvcc/keyindex.js';
-import { applyPut, applyDelete, applyCompaction, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
+import { markCompaction } from './compaction.js';
+import { applyPut, applyDelete, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
 
 /* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
 type Int64 = number | protobuf.Long;
@@ -344,7 +345,7 @@ export class Executor {
     const rev = num(r.revision);
     if (rev <= this.compactMainRev()) throw Errors.compacted;
     if (rev > this.revision) throw Errors.futureRev;
-    applyCompaction(this.db, rev);
+    markCompaction(this.db, rev); // removal follows in steps, between write batches
     this.compactRevision = rev;
     const response = R.build((w) => R.compactionResponse(w, this.header(this.revision)));
     return { response, entry: { revision: 0, mutations: [], compactRevision: rev } };
