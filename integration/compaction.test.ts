@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GRPCOutOfRangeError, type Etcd3 } from 'etcd3';
-import { client, component, etcdctl, pollUntil, startKvs, tempDir, waitComponent, type KvsNode } from './harness.js';
+import { client, component, etcdctl, freePort, pollUntil, startKvs, tempDir, waitComponent, type KvsNode } from './harness.js';
 import { fixtureKey, writeHistory } from './history-fixture.js';
 import { Endpoint, encodeRequest, type Outcome } from './differential.js';
 
@@ -34,7 +34,8 @@ function logged(node: KvsNode, text: string): boolean {
 }
 
 test('revision mode: every interval to current - retain; reads below fail with the compacted error, above work', async (t) => {
-  const node = await startKvs(t, { args: ['--auto-compact-mode', 'revision', '--auto-compact-retain-revisions', '5', '--auto-compact-interval', '200ms'] });
+  const metricsAddr = `127.0.0.1:${await freePort()}`;
+  const node = await startKvs(t, { args: ['--auto-compact-mode', 'revision', '--auto-compact-retain-revisions', '5', '--auto-compact-interval', '200ms', '--metrics-addr', metricsAddr] });
   const c = client(t, node.endpoint);
   let rev = 0;
   for (let i = 1; i <= 20; i++) rev = await put(c, 'k', `v${i}`); // revisions 2..21
@@ -45,6 +46,10 @@ test('revision mode: every interval to current - retain; reads below fail with t
   assert.equal(await c.get('k').revision(target).string(), `v${target - 1}`);
   assert.equal(await c.get('k').string(), 'v20');
   await pollUntil('the log line', async () => (logged(node, `auto compaction: compacted to revision ${target}`) ? true : undefined), 5_000);
+  // Counted in the metrics as a write of op compact; the watermark is the compact revision.
+  const metrics = await (await fetch(`http://${metricsAddr}/metrics`)).text();
+  assert.match(metrics, /^kvs_writes_total\{op="compact"\} [1-9]/m);
+  assert.match(metrics, new RegExp(`^kvs_compact_revision ${target}$`, 'm'));
 
   // etcdctl sees the same error.
   const r = await etcdctl(node.endpoint, ['get', 'k', `--rev=${target - 1}`]);
