@@ -10,13 +10,15 @@ import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
 import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
+import { startTracing } from '../../shared/tracing.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
+  const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
-  const engine = Engine.open(db, cfg.dataDir, log, opts);
+  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing });
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
