@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { client, onCleanup, pollUntil, startKvs, type Ctx, type KvsNode } from './harness.js';
+import { client, localObjectStore, onCleanup, pollUntil, startKvs, type Ctx, type KvsNode } from './harness.js';
 import { startOtlpReceiver, type ExportedSpan, type OtlpReceiver } from './otlp-receiver.js';
 import { num, service } from '../shared/proto/index.js';
 
@@ -195,6 +195,19 @@ test('spans still queued are exported at a graceful stop; a bad sampler is a war
   assert.equal(span.attributes['kvs.key_scope'], '/a/b');
   assert.equal(wal.length, 1, 'the WAL span was flushed at stop');
   assert.equal(wal[0]!.service, 'kvs-under-test');
+});
+
+test('with an object store (sync upload) the WAL span is still the child of the write span', async (t) => {
+  const receiver = await startOtlpReceiver(t);
+  const node = await startKvs(t, { env: tracingEnv(receiver), objectStore: await localObjectStore(t) });
+  const kv = rawClient(t, node.endpoint, 'etcdserverpb.KV');
+  const c = clientSpan();
+  await kv('Put', { key: Buffer.from('/a/b/uploaded'), value: Buffer.from('v') }, c.metadata);
+  const spans = await receiver.until('the write span with its WAL append', (all) => writeOf(all, c).wal.length > 0);
+  const { span, wal } = writeOf(spans, c);
+  assert.equal(span!.name, 'kvs.put');
+  assert.equal(wal.length, 1);
+  assert.equal(wal[0]!.attributes['kvs.batch_size'], 1);
 });
 
 test('OTEL_TRACES_SAMPLER=always_off exports nothing', async (t) => {
