@@ -26,6 +26,9 @@ export function tracingEndpoint(env: NodeJS.ProcessEnv = process.env): string | 
 /** The spec's default service name; OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) wins. */
 export const DEFAULT_SERVICE_NAME = 'kvs';
 
+/** The OTLP gRPC exporter's own default. */
+const DEFAULT_ENDPOINT = 'http://localhost:4317';
+
 /** Flushing spans at stop never holds the component's graceful stop longer than this. */
 const SHUTDOWN_WAIT_MS = 3000;
 
@@ -54,9 +57,9 @@ async function start(log: Logger, endpoint: string): Promise<Tracing | undefined
     import('@opentelemetry/exporter-trace-otlp-grpc'),
   ]);
   // The SDK reports bad OTEL_* values through its diagnostic logger: into ours, as warnings.
-  const diagLog = diagToLog(log);
-  const level = () => core.diagLogLevelFromString(process.env.OTEL_LOG_LEVEL) ?? api.DiagLogLevel.WARN;
-  api.diag.setLogger(diagLog, { logLevel: level(), suppressOverrideMessage: true });
+  api.diag.setLogger(diagToLog(log), { logLevel: api.DiagLogLevel.WARN, suppressOverrideMessage: true });
+  const logLevel = core.diagLogLevelFromString(process.env.OTEL_LOG_LEVEL);
+  if (logLevel !== undefined) api.diag.setLogger(diagToLog(log), { logLevel, suppressOverrideMessage: true });
   if (core.getBooleanFromEnv('OTEL_SDK_DISABLED')) {
     log.info('tracing is off: OTEL_SDK_DISABLED is set');
     return undefined;
@@ -67,19 +70,27 @@ async function start(log: Logger, endpoint: string): Promise<Tracing | undefined
     // protocol variables are not consulted: this is the gRPC exporter.
     exporter = new OTLPTraceExporter();
   } catch (err) {
-    log.warn({ err, endpoint }, "the OTLP endpoint is not usable; sending to the exporter's default endpoint");
-    exporter = new OTLPTraceExporter({ url: 'http://localhost:4317' });
+    log.warn({ err, endpoint }, `the OTLP endpoint is not usable; sending to the exporter's default, ${DEFAULT_ENDPOINT}`);
+    exporter = new OTLPTraceExporter({ url: DEFAULT_ENDPOINT });
+    endpoint = DEFAULT_ENDPOINT;
   }
-  const sdk = new NodeSDK({
-    traceExporter: exporter,
-    serviceName: serviceName(),
-    // Traces only: no metric readers or log exporters from OTEL_METRICS_/OTEL_LOGS_EXPORTER.
-    metricReaders: [],
-    logRecordProcessors: [],
-    instrumentations: [],
-  });
-  // The SDK's constructor installs a console logger when OTEL_LOG_LEVEL is set: ours again.
-  api.diag.setLogger(diagLog, { logLevel: level(), suppressOverrideMessage: true });
+  // The SDK's constructor would replace our diagnostic logger by a console one (plain text
+  // among the JSON log lines) when OTEL_LOG_LEVEL is set; it does not see it, ours applies it.
+  const logLevelVar = process.env.OTEL_LOG_LEVEL;
+  delete process.env.OTEL_LOG_LEVEL;
+  let sdk;
+  try {
+    sdk = new NodeSDK({
+      traceExporter: exporter,
+      serviceName: serviceName(),
+      // Traces only: no metric readers or log exporters from OTEL_METRICS_/OTEL_LOGS_EXPORTER.
+      metricReaders: [],
+      logRecordProcessors: [],
+      instrumentations: [],
+    });
+  } finally {
+    if (logLevelVar !== undefined) process.env.OTEL_LOG_LEVEL = logLevelVar;
+  }
   sdk.start();
   running = { shutdown: () => sdk.shutdown(), log };
   log.info({ endpoint }, `tracing is on: sending spans over OTLP/gRPC to ${endpoint}`);
