@@ -2,6 +2,7 @@
 // stop cleanly on SIGTERM, and exit when the supervisor is gone.
 import type { Logger } from './log.js';
 import { processRegistry, type Owner } from './metrics.js';
+import { stopTracing } from './tracing.js';
 
 export interface ComponentHooks {
   /** Graceful stop: finish in-flight work, release files. */
@@ -40,6 +41,8 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
       log.error({ err }, 'error while stopping');
       process.exitCode = 1;
     }
+    // Last, so that the spans of the work the stop finished are exported too.
+    await stopTracing();
     log.flush?.();
     process.exit();
   };

@@ -22,9 +22,12 @@ import { watchService } from './watch/service.js';
 import { gatewayBackend } from './concurrency/gateway-backend.js';
 import { hubWatch } from './concurrency/hub-watch.js';
 import { lockService, electionService } from './concurrency/services.js';
+import { startTracing } from '../../shared/tracing.js';
+import { GatewaySpans } from './spans.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel);
+  const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
   removeStaleSnapshots(cfg.dataDir);
@@ -44,7 +47,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
   // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
   const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES });
-  for (const { def, impl } of [kvService(db, link, node), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log, stopping.signal), electionService(concurrency, log, stopping.signal)]) {
+  for (const { def, impl } of [kvService(db, link, node, tracing && new GatewaySpans(tracing)), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log, stopping.signal), electionService(concurrency, log, stopping.signal)]) {
     server.addService(def, impl as Record<string, unknown>);
   }
   await server.listen(cfg.listen);

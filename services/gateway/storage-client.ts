@@ -15,6 +15,8 @@ interface Queued {
   id: number;
   op: number;
   body: Uint8Array;
+  /** W3C traceparent of the caller's span, only while tracing is on. */
+  traceParent: string | undefined;
   resolve(body: Buffer): void;
   reject(err: EtcdError): void;
   expires: number;
@@ -87,10 +89,13 @@ export class StorageLink {
     stream.on('end', () => broken());
   }
 
-  /** Sends one write and resolves with the encoded etcd response. */
-  call(op: number, body: Uint8Array): Promise<Buffer> {
+  /**
+   * Sends one write and resolves with the encoded etcd response. `traceParent` (tracing on)
+   * makes storage's span of the write a child of the caller's.
+   */
+  call(op: number, body: Uint8Array, traceParent?: string): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      this.outbox.push({ id: this.nextId++, op, body, resolve, reject, expires: Date.now() + this.waitMs });
+      this.outbox.push({ id: this.nextId++, op, body, traceParent, resolve, reject, expires: Date.now() + this.waitMs });
       this.scheduleFlush();
     });
   }
@@ -114,7 +119,8 @@ export class StorageLink {
     for (let i = 0; i < batch.length; i++) {
       const q = batch[i];
       this.sent.set(q.id, q);
-      requests[i] = { id: q.id, op: q.op, body: q.body };
+      // An undefined traceParent is not encoded (tracing off: the message is as before).
+      requests[i] = { id: q.id, op: q.op, body: q.body, traceParent: q.traceParent };
     }
     this.stream.write({ requests });
   };

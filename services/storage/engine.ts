@@ -20,6 +20,7 @@ import type { Logger } from '../../shared/log.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import type { WalRecord } from './wal/frame.js';
 import { ABORT } from 'lmdb';
+import type { Span } from '@opentelemetry/api';
 import { Executor, type Identity, type TxnRequest, type CompactionRequest } from './mvcc/execute.js';
 import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
 import * as M from '../../shared/metrics.js';
@@ -28,6 +29,8 @@ import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
 import { CompactionSteps, REMOVAL_STOPPED } from './compaction-steps.js';
+import type { Tracing } from '../../shared/tracing.js';
+import { WalSpans, endWalSpans } from './wal-spans.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
@@ -50,6 +53,8 @@ interface Pending {
   kind: WriteKind | undefined;
   /** performance.now() at arrival: the write's latency runs from here to its answer. */
   arrived: number;
+  /** W3C traceparent of the client's write span (tracing on); '' or undefined otherwise. */
+  traceParent: string | undefined;
 }
 
 /** The kind of each write op before its request is decoded. */
@@ -71,6 +76,8 @@ export interface EngineOptions {
   now?: () => number;
   /** The free-space floor writes need (default: MIN_FREE_BYTES on the database's filesystem). */
   space?: DiskSpace;
+  /** Only while tracing is on: WAL appends become kvs.wal.append spans. */
+  tracing?: Tracing;
 }
 
 export class Engine {
@@ -91,6 +98,8 @@ export class Engine {
   private appliedRevision = 0;
   private index: number;
   private readonly space: DiskSpace;
+  /** Undefined while tracing is off: a batch then checks this once and nothing else. */
+  private readonly walSpans: WalSpans | undefined;
 
   private constructor(
     readonly db: MvccDb,
@@ -100,6 +109,7 @@ export class Engine {
     private readonly opts: EngineOptions,
   ) {
     this.space = opts.space ?? new DiskSpace(dbPath(dataDir));
+    this.walSpans = opts.tracing && new WalSpans(opts.tracing);
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
@@ -153,10 +163,13 @@ export class Engine {
     return engine;
   }
 
-  /** Queues one write; `done` is called once it is durable and applied, or has failed. */
-  submit(op: number, body: Uint8Array, done: Done): void {
+  /**
+   * Queues one write; `done` is called once it is durable and applied, or has failed.
+   * `traceParent` (tracing on) makes the write's kvs.wal.append span a child of the caller's.
+   */
+  submit(op: number, body: Uint8Array, done: Done, traceParent?: string): void {
     if (this.closed) return done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
-    this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now() });
+    this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now(), traceParent });
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
@@ -189,7 +202,9 @@ export class Engine {
         index = this.executeBatch(batch, results, records, []);
         if (records.length) {
           this.db.meta.putSync(META.appliedIndex, index);
-          this.wal.appendSync(records); // fdatasync: the durability point
+          // fdatasync: the durability point
+          if (this.walSpans) this.walSpans.around(batch, records.length, () => this.wal.appendSync(records));
+          else this.wal.appendSync(records);
           durable = true;
         }
       });
@@ -212,13 +227,18 @@ export class Engine {
     let index = this.index;
     let frames: Buffer;
     const appliedRevision = this.executor.revision;
+    // The kvs.wal.append spans (tracing on) cover the local append AND the upload: in this mode
+    // a batch is appended to the WAL of record once it is in the object store.
+    let spans: Span[] | undefined;
     try {
       this.db.env.transactionSync(() => {
         index = this.executeBatch(batch, results, records, entries);
         return ABORT; // nothing visible to readers before it is in the object store
       });
+      if (this.walSpans && records.length) spans = this.walSpans.begin(batch, records.length);
       frames = this.wal.appendSync(records); // fdatasync
     } catch (err) {
+      endWalSpans(spans, err);
       return this.failBatch(batch, err);
     }
     if (records.length === 0) {
@@ -229,7 +249,9 @@ export class Engine {
     this.inFlight = true;
     try {
       await upload(Number(records[0].index), index, frames);
+      endWalSpans(spans);
     } catch (err) {
+      endWalSpans(spans, err);
       // Storage is stopping. The records are in the local WAL: the next start uploads them,
       // then applies them. The callers cannot know the outcome.
       this.inFlight = false;

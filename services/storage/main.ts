@@ -12,6 +12,7 @@ import { storageServer } from './server.js';
 import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
 import { startAutoCompaction } from './compactor.js';
+import { startTracing } from '../../shared/tracing.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel);
@@ -21,11 +22,12 @@ export async function runStorage(cfg: Config): Promise<void> {
     M.currentRevision.set(opened.revision);
     M.compactRevision.set(opened.executor.compactRevision);
   });
+  const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
-  const engine = Engine.open(db, cfg.dataDir, log, opts);
+  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing });
   opened = engine;
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');

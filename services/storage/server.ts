@@ -7,7 +7,8 @@ import type { Engine, WriteResult } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
 
-interface WriteRequest { id: unknown; op: number; body: Uint8Array }
+/** traceParent: decoded as '' when the gateway sent none (tracing off). */
+interface WriteRequest { id: unknown; op: number; body: Uint8Array; traceParent: string }
 interface WriteBatch { requests: WriteRequest[] }
 
 export interface StorageServer {
@@ -23,7 +24,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
    * One stream of request batches: each request goes to `handle`, and the answers that are
    * ready in one event-loop turn go back in one message.
    */
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void) => void) => {
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void, traceParent: string) => void) => {
     // Tells the gateway at once that this stream reached a live storage process.
     call.sendMetadata(new grpc.Metadata());
     streams.add(call);
@@ -46,7 +47,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
             flushScheduled = true;
             process.nextTick(flush);
           }
-        });
+        }, req.traceParent);
       }
     });
     call.on('end', () => call.end());
@@ -54,7 +55,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
   };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
-      serveBatches(call, (op, body, done) => engine.submit(op, body, done));
+      serveBatches(call, (op, body, done, traceParent) => engine.submit(op, body, done, traceParent));
     },
     Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));
