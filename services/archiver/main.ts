@@ -27,7 +27,7 @@ import { readLocalManifest } from './local-manifest.js';
 const SINGLE_NODE_TERM = 1;
 
 export async function runArchiver(cfg: Config): Promise<void> {
-  const log = createLogger('archiver', cfg.logLevel);
+  const log = createLogger('archiver', cfg.logLevel, cfg.logFormat);
   const intervalMs = parseDuration(cfg.checkpointInterval, 'checkpoint-interval');
   const options = objectStoreOptions(cfg);
   const store = await openObjectStore(options);

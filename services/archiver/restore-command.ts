@@ -8,7 +8,7 @@ import { restoreDataDir, type BranchPoint } from './restore.js';
 import { RestorePointStore, readRestorePointFile } from '../../shared/objectstore/restore-point.js';
 
 export async function restoreCommand(cfg: Config, opts: { restorePoint?: string } = {}): Promise<string> {
-  const log = createLogger('restore', cfg.logLevel === 'info' ? 'warn' : cfg.logLevel);
+  const log = createLogger('restore', cfg.logLevel === 'info' ? 'warn' : cfg.logLevel, cfg.logFormat);
   const existing = dataEntries(cfg.dataDir);
   if (existing.length) {
     throw new Error(`data directory ${cfg.dataDir} is not empty (${existing.join(', ')}): kvs restore fills a new or empty directory`);

@@ -23,7 +23,7 @@ import { hubWatch } from './concurrency/hub-watch.js';
 import { lockService, electionService } from './concurrency/services.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
-  const log = createLogger('gateway', cfg.logLevel);
+  const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
   removeStaleSnapshots(cfg.dataDir);

@@ -12,7 +12,7 @@ import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
-  const log = createLogger('storage', cfg.logLevel);
+  const log = createLogger('storage', cfg.logLevel, cfg.logFormat);
   const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
