@@ -29,7 +29,7 @@ const SINGLE_NODE_TERM = 1;
 export async function runArchiver(cfg: Config): Promise<void> {
   const log = createLogger('archiver', cfg.logLevel, cfg.logFormat);
   const intervalMs = parseDuration(cfg.checkpointInterval, 'checkpoint-interval');
-  const options = objectStoreOptions(cfg);
+  const options = { ...objectStoreOptions(cfg), log };
   const store = await openObjectStore(options);
   const openPrefix = (prefix: string) => openObjectStore({ ...options, prefix });
   const branch: BranchPoint | undefined =

@@ -13,7 +13,7 @@ export async function restoreCommand(cfg: Config, opts: { restorePoint?: string 
   if (existing.length) {
     throw new Error(`data directory ${cfg.dataDir} is not empty (${existing.join(', ')}): kvs restore fills a new or empty directory`);
   }
-  const options = objectStoreOptions(cfg);
+  const options = { ...objectStoreOptions(cfg), log };
   let store = await openObjectStore(options);
   // Point-in-time: the same restore, over the versions the restore point recorded.
   if (opts.restorePoint) store = new RestorePointStore(store, await readRestorePointFile(opts.restorePoint));
