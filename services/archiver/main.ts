@@ -51,6 +51,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
       openPrefix,
       fetchWal: !storageRunning,
       onState: reportState,
+      progressInLog: true,
     });
   // At boot an unreadable object store is a startup failure. Restarting alone, the node is
   // up and writes wait for the archiver: keep trying until the object store answers.
