@@ -1,12 +1,14 @@
 // Progress of a long command: a line rewritten in place on a terminal, log lines otherwise
-// (stderr either way; stdout carries the result).
+// (stderr either way; stdout carries the result). Inside a node, the component's own logger:
+// its stdout is shared with the other processes, in the node's --log-format and --log-level.
 import pino from 'pino';
+import type { Logger } from './log.js';
 
 /** `done` of `total` items of `phase` are finished. */
 export type Progress = (phase: string, done: number, total: number) => void;
 
-export function progressReporter(command: string, stream: NodeJS.WriteStream = process.stderr): Progress {
-  if (stream.isTTY) {
+export function progressReporter(command: string, stream: NodeJS.WriteStream = process.stderr, componentLog?: Logger): Progress {
+  if (stream.isTTY && !componentLog) {
     let lastPhase = '';
     return (phase, done, total) => {
       if (lastPhase && phase !== lastPhase) stream.write('\n');
@@ -18,7 +20,7 @@ export function progressReporter(command: string, stream: NodeJS.WriteStream = p
       }
     };
   }
-  const log = pino({ base: { component: command, pid: process.pid } }, stream);
+  const log = componentLog ?? pino({ base: { component: command, pid: process.pid } }, stream);
   let lastLogged = 0;
   return (phase, done, total) => {
     // Start, end, and at most one line a second in between.

@@ -33,7 +33,7 @@ export class Supervisor {
   private started = false;
 
   constructor(private readonly cfg: Config) {
-    this.log = createLogger('supervisor', cfg.logLevel);
+    this.log = createLogger('supervisor', cfg.logLevel, cfg.logFormat);
     const args = configArgs(cfg);
     this.components = COMPONENTS.filter((name) => name !== 'archiver' || cfg.s3Bucket).map((name) => new Component(name, args, this.log));
     this.registry = M.processRegistry('supervisor', cfg.s3Bucket ? [] : ['archiver']);

@@ -73,7 +73,7 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
     let uploaded = 0;
     /** Pieces taken as stored without writing them: checked again once the manifest names them. */
     const reused: number[] = [];
-    const shown = progressReporter('checkpoint');
+    const shown = progressReporter('checkpoint', process.stderr, log);
     const phase = `revision ${meta.revision}: pieces`;
     let done = 0;
     shown(phase, 0, count);

@@ -28,10 +28,10 @@ import * as M from '../../shared/metrics.js';
 const SINGLE_NODE_TERM = 1;
 
 export async function runArchiver(cfg: Config): Promise<void> {
-  const log = createLogger('archiver', cfg.logLevel);
+  const log = createLogger('archiver', cfg.logLevel, cfg.logFormat);
   serveMetrics('archiver');
   const intervalMs = parseDuration(cfg.checkpointInterval, 'checkpoint-interval');
-  const options = objectStoreOptions(cfg);
+  const options = { ...objectStoreOptions(cfg), log };
   const store = await openObjectStore(options);
   const openPrefix = (prefix: string) => openObjectStore({ ...options, prefix });
   const branch: BranchPoint | undefined =
@@ -53,6 +53,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
       openPrefix,
       fetchWal: !storageRunning,
       onState: reportState,
+      progressInLog: true,
     });
   // At boot an unreadable object store is a startup failure. Restarting alone, the node is
   // up and writes wait for the archiver: keep trying until the object store answers.

@@ -8,12 +8,12 @@ import { restoreDataDir, type BranchPoint } from './restore.js';
 import { RestorePointStore, readRestorePointFile } from '../../shared/objectstore/restore-point.js';
 
 export async function restoreCommand(cfg: Config, opts: { restorePoint?: string } = {}): Promise<string> {
-  const log = createLogger('restore', cfg.logLevel === 'info' ? 'warn' : cfg.logLevel);
+  const log = createLogger('restore', cfg.logLevel === 'info' ? 'warn' : cfg.logLevel, cfg.logFormat);
   const existing = dataEntries(cfg.dataDir);
   if (existing.length) {
     throw new Error(`data directory ${cfg.dataDir} is not empty (${existing.join(', ')}): kvs restore fills a new or empty directory`);
   }
-  const options = objectStoreOptions(cfg);
+  const options = { ...objectStoreOptions(cfg), log };
   let store = await openObjectStore(options);
   // Point-in-time: the same restore, over the versions the restore point recorded.
   if (opts.restorePoint) store = new RestorePointStore(store, await readRestorePointFile(opts.restorePoint));

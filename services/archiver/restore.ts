@@ -53,6 +53,8 @@ export interface RestoreOptions {
   fetchWal?: boolean;
   /** Shown in `kvs ctl status` while the restore runs. */
   onState?: (state: string) => void;
+  /** In a node: progress as lines of `log` (`kvs restore` draws its own on stderr). */
+  progressInLog?: boolean;
 }
 
 export interface RestoreResult {
@@ -178,7 +180,7 @@ async function downloadCheckpoint(
   fs.rmSync(scratch, { recursive: true, force: true });
   fs.mkdirSync(dbPath(scratch), { recursive: true });
   const file = path.join(dbPath(scratch), 'data.mdb');
-  const shown = progressReporter('restore');
+  const shown = progressReporter('restore', process.stderr, opts.progressInLog ? opts.log : undefined);
   const phase = `checkpoint at revision ${manifest.revision}: pieces`;
   const stores = new Map<string, ObjectStore>([[from.prefix, from.store]]);
   const storeOf = async (ref: SstRef): Promise<ObjectStore> => {

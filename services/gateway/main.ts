@@ -26,7 +26,7 @@ import { startTracing } from '../../shared/tracing.js';
 import { GatewaySpans } from './spans.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
-  const log = createLogger('gateway', cfg.logLevel);
+  const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
   const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);

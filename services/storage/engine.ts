@@ -18,6 +18,7 @@ import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../share
 import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
 import { Wal, type WalOptions } from './wal/log.js';
+import { walEntryDebugLog } from './wal/entry-log.js';
 import type { WalRecord } from './wal/frame.js';
 import { ABORT } from 'lmdb';
 import type { Span } from '@opentelemetry/api';
@@ -125,7 +126,7 @@ export class Engine {
 
   /** Opens the WAL of a data directory (cutting a torn tail). */
   static openWal(dataDir: string, log: Logger, opts: Pick<WalOptions, 'onSeal'> = {}): Wal {
-    return Wal.open(path.join(dataDir, 'wal'), { ...opts, log: (msg, fields) => log.warn(fields ?? {}, msg) });
+    return Wal.open(path.join(dataDir, 'wal'), { ...opts, log: (msg, fields) => log.warn(fields ?? {}, msg), onAppend: walEntryDebugLog(log) });
   }
 
   /** Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. */

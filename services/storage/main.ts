@@ -15,7 +15,7 @@ import { startAutoCompaction } from './compactor.js';
 import { startTracing } from '../../shared/tracing.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
-  const log = createLogger('storage', cfg.logLevel);
+  const log = createLogger('storage', cfg.logLevel, cfg.logFormat);
   let opened: Engine | undefined;
   serveMetrics('storage', () => {
     if (!opened) return;

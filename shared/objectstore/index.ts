@@ -4,6 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { DEFAULT_S3_ENDPOINT, type Config } from '../config.js';
 import { EncryptedStore, PlainGuardStore, loadEncryptionKey } from './encryption.js';
 import { LocalObjectStore } from './local.js';
+import { LoggedStore } from './logged.js';
+import type { Logger } from '../log.js';
 import type { ObjectStore } from './store.js';
 
 export * from './store.js';
@@ -18,6 +20,8 @@ export interface ObjectStoreOptions {
   encryptionKey?: Buffer;
   /** S3 only: explicit credentials instead of KVS_S3_* and the SDK's chain (tests, embedding). */
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** At debug level, every operation is logged here (logged.ts). */
+  log?: Logger;
 }
 
 export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectStore> {
@@ -33,6 +37,7 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
   } else {
     throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
   }
+  if (opts.log?.isLevelEnabled('debug')) raw = new LoggedStore(raw, opts.log);
   return opts.encryptionKey ? new EncryptedStore(raw, opts.encryptionKey) : new PlainGuardStore(raw);
 }
 

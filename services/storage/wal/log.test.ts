@@ -604,3 +604,13 @@ test('after a crash the preallocated zero tail is cut and appending continues at
   wal.close();
   assertRecords(readAll(Wal.open(dir)), [...recs(1n, 3), ...recs(4n, 2)]);
 });
+
+test('onAppend sees each batch once it is written, and no batch that was refused', (t) => {
+  const seen: bigint[][] = [];
+  const wal = Wal.open(tmpDir(t), { onAppend: (records) => seen.push(records.map((r) => r.index)) });
+  wal.appendSync(recs(1n, 3));
+  assert.throws(() => wal.appendSync(recs(7n, 1)), /out of sequence/);
+  wal.appendSync(recs(4n, 1));
+  wal.close();
+  assert.deepEqual(seen, [[1n, 2n, 3n], [4n]]);
+});

@@ -37,6 +37,8 @@ export interface WalOptions {
   now?: () => number;
   /** Receives notices about what open() cut or removed. */
   log?: WalLogFn;
+  /** Called with each batch once it is durable (debug logging: see entry-log.ts). */
+  onAppend?: (records: readonly WalRecord[]) => void;
 }
 
 export const DEFAULT_MAX_SEGMENT_BYTES = 50 * 1000 * 1000;
@@ -64,6 +66,7 @@ export class Wal {
   readonly #onSeal: ((s: SealedSegment) => void) | undefined;
   readonly #now: () => number;
   readonly #log: WalLogFn | undefined;
+  readonly #onAppend: ((records: readonly WalRecord[]) => void) | undefined;
 
   #sealed: SealedSegment[] = [];
   #active: Active | undefined;
@@ -82,6 +85,7 @@ export class Wal {
     this.#onSeal = opts.onSeal;
     this.#now = opts.now ?? monotonicNow;
     this.#log = opts.log;
+    this.#onAppend = opts.onAppend;
   }
 
   /**
@@ -206,6 +210,7 @@ export class Wal {
     act.lastIndex = prev;
     this.#lastIndex = prev;
     this.#positioned = true;
+    this.#onAppend?.(records);
     return buf;
   }
 
