@@ -99,6 +99,8 @@ export class Engine {
   private appliedRevision = 0;
   private index: number;
   private readonly space: DiskSpace;
+  /** Debug lines per batch only when asked for: at info the write path builds none. */
+  private readonly debug: boolean;
   /** Undefined while tracing is off: a batch then checks this once and nothing else. */
   private readonly walSpans: WalSpans | undefined;
 
@@ -111,6 +113,7 @@ export class Engine {
   ) {
     this.space = opts.space ?? new DiskSpace(dbPath(dataDir));
     this.walSpans = opts.tracing && new WalSpans(opts.tracing);
+    this.debug = log.isLevelEnabled('debug');
     this.identity = ensureIdentity(db);
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
@@ -214,7 +217,7 @@ export class Engine {
       if (durable) this.commitFailedAfterWal(err, records);
       return this.failBatch(batch, err);
     }
-    if (records.length) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
+    if (records.length && this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
     this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     this.compaction.kick();
@@ -272,7 +275,7 @@ export class Engine {
     }
     this.index = index;
     this.inFlight = false;
-    this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
+    if (this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
     this.feed.publish(records, this.executor.revision);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     this.compaction.kick();
