@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, type Ctx } from './harness.js';
+import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, REPO_ROOT, type Ctx } from './harness.js';
 import { SPEC_METRIC_NAMES } from '../shared/metrics.js';
 
 const PROMETHEUS_BIN = '/usr/bin/prometheus';
@@ -115,6 +115,26 @@ test('/metrics has every metric of the spec, with values the writes imply; a rea
   assert.equal(await query('kvs_watch_active'), 2);
   assert.equal(await query('kvs_role{role="single"}'), 1);
   assert.ok((await query('sum(process_resident_memory_bytes{component="storage"})'))! > 0);
+  // Every query of the Grafana dashboard is valid PromQL on the node's metrics, and those over
+  // kvs_* series that exist now return data.
+  const dashboard = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'docs/grafana/kvs-dashboard.json'), 'utf8'));
+  const exprs: string[] = [];
+  const walk = (panels: { panels?: unknown[]; targets?: { expr?: string }[] }[] = []) => {
+    for (const p of panels) {
+      walk(p.panels as typeof panels);
+      for (const target of p.targets ?? []) if (target.expr) exprs.push(target.expr);
+    }
+  };
+  walk(dashboard.panels);
+  assert.ok(exprs.length >= 10, `dashboard queries: ${exprs.length}`);
+  for (const expr of exprs) {
+    const r = await get(promAddr, `/api/v1/query?query=${encodeURIComponent(expr.replaceAll('$instance', '.*'))}`);
+    const body = JSON.parse(r.body);
+    assert.equal(body.status, 'success', `${expr}: ${r.body}`);
+  }
+  const current = JSON.parse((await get(promAddr, `/api/v1/query?query=${encodeURIComponent('kvs_current_revision{instance=~".*"}')}`)).body);
+  assert.equal(current.data.result.length, 1);
+
   // More writes move the counter by exactly that many.
   for (let i = 0; i < 5; i++) await etcd.put(`k${i}`).value('v');
   await pollUntil('Prometheus to see 8 puts', async () => ((await query('kvs_writes_total{op="put"}')) === 8 ? true : undefined), 30_000);
