@@ -12,6 +12,8 @@ import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
 import type { StorageLink } from './storage-client.js';
 import type { NodeInfo } from './node-info.js';
 import { Op } from '../storage/engine.js';
+import type { AuthGate } from './auth/gate.js';
+import { guardedForward, writeChecks } from './auth/guard.js';
 
 export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.StatusObject> {
   if (err instanceof EtcdError) return { code: err.code, details: err.message };
@@ -32,22 +34,24 @@ export function forward(link: StorageLink, op: number): Unary<Buffer> {
   };
 }
 
-export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo) {
+export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo, gate: AuthGate) {
   const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
   const impl = {
     Range(call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) {
       try {
         db.env.resetReadTxn();
+        // With auth enabled: read on the whole range (an empty key is refused by range() first, as etcd).
+        if (call.request.key.length) gate.caller(call)?.read(call.request.key, call.request.rangeEnd);
         const rr = range(db, rangeParams(call.request));
         cb(null, R.build((w) => R.rangeResponse(w, node.header(rr.revision), rr.kvs, rr.more, rr.count)));
       } catch (err) {
         cb(toServiceError(err));
       }
     },
-    Put: forward(link, Op.PUT),
-    DeleteRange: forward(link, Op.DELETE_RANGE),
-    Txn: forward(link, Op.TXN),
-    Compact: forward(link, Op.COMPACT),
+    Put: guardedForward(link, Op.PUT, gate, writeChecks.put),
+    DeleteRange: guardedForward(link, Op.DELETE_RANGE, gate, writeChecks.deleteRange),
+    Txn: guardedForward(link, Op.TXN, gate, writeChecks.txn),
+    Compact: guardedForward(link, Op.COMPACT, gate, writeChecks.user),
   };
   return { def, impl };
 }

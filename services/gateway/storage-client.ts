@@ -15,6 +15,7 @@ interface Queued {
   id: number;
   op: number;
   body: Uint8Array;
+  authRevision: number;
   resolve(body: Buffer): void;
   reject(err: EtcdError): void;
   expires: number;
@@ -87,10 +88,13 @@ export class StorageLink {
     stream.on('end', () => broken());
   }
 
-  /** Sends one write and resolves with the encoded etcd response. */
-  call(op: number, body: Uint8Array): Promise<Buffer> {
+  /**
+   * Sends one write and resolves with the encoded etcd response. `authRevision`: the auth
+   * revision its permission was checked at (0: none; see WriteRequest.auth_revision).
+   */
+  call(op: number, body: Uint8Array, authRevision = 0): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      this.outbox.push({ id: this.nextId++, op, body, resolve, reject, expires: Date.now() + this.waitMs });
+      this.outbox.push({ id: this.nextId++, op, body, authRevision, resolve, reject, expires: Date.now() + this.waitMs });
       this.scheduleFlush();
     });
   }
@@ -114,7 +118,7 @@ export class StorageLink {
     for (let i = 0; i < batch.length; i++) {
       const q = batch[i];
       this.sent.set(q.id, q);
-      requests[i] = { id: q.id, op: q.op, body: q.body };
+      requests[i] = { id: q.id, op: q.op, body: q.body, authRevision: q.authRevision };
     }
     this.stream.write({ requests });
   };

@@ -7,7 +7,7 @@ import type { Engine, WriteResult } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
 
-interface WriteRequest { id: unknown; op: number; body: Uint8Array }
+interface WriteRequest { id: unknown; op: number; body: Uint8Array; authRevision?: number | { toNumber(): number } }
 interface WriteBatch { requests: WriteRequest[] }
 
 export interface StorageServer {
@@ -23,7 +23,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
    * One stream of request batches: each request goes to `handle`, and the answers that are
    * ready in one event-loop turn go back in one message.
    */
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void) => void) => {
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void, authRevision: number) => void) => {
     // Tells the gateway at once that this stream reached a live storage process.
     call.sendMetadata(new grpc.Metadata());
     streams.add(call);
@@ -40,13 +40,14 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
     call.on('data', (batch: WriteBatch) => {
       for (const req of batch.requests) {
         const id = req.id;
+        const rev = req.authRevision;
         handle(req.op, req.body, (r: WriteResult) => {
           out.push({ id, body: r.body, code: r.code, message: r.message });
           if (!flushScheduled) {
             flushScheduled = true;
             process.nextTick(flush);
           }
-        });
+        }, rev == null ? 0 : typeof rev === 'number' ? rev : rev.toNumber());
       }
     });
     call.on('end', () => call.end());
@@ -54,7 +55,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
   };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
-      serveBatches(call, (op, body, done) => engine.submit(op, body, done));
+      serveBatches(call, (op, body, done, authRevision) => engine.submit(op, body, done, authRevision));
     },
     Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));

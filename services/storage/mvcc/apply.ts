@@ -6,6 +6,7 @@ import { decodeKeyValue, encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyv
 import { revKey, keyRevValue, refMain, refIsPut, refRevKey, EVENT_PUT, EVENT_DELETE } from '../../../shared/mvcc/revision.js';
 import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
+import { applyAuthChange, type AuthChange } from '../auth/apply.js';
 
 export const MUTATION_PUT = 0;
 export const MUTATION_DELETE = 1;
@@ -21,6 +22,8 @@ export interface WalEntry extends LeaseChanges {
   revision: number;
   mutations: Mutation[];
   compactRevision: number;
+  /** Users, roles, the enabled flag or tokens changed (services/storage/auth). */
+  auth?: AuthChange;
 }
 
 const EMPTY_VALUE = Buffer.alloc(0);
@@ -76,6 +79,7 @@ export function applyEntry(db: MvccDb, entry: WalEntry, index: number): void {
   if (entry.revision > 0) db.meta.putSync(META.revision, entry.revision);
   if (entry.compactRevision > 0) applyCompaction(db, entry.compactRevision);
   applyLeaseChanges(db, entry);
+  if (entry.auth) applyAuthChange(db, entry.auth);
   db.meta.putSync(META.appliedIndex, index);
 }
 
