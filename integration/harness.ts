@@ -280,6 +280,8 @@ async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what:
       ]);
       return;
     } catch (err) {
+      // With auth enabled, Status needs a user: an auth refusal means the server is up.
+      if (/user name is empty|invalid auth token/.test((err as Error).message)) return;
       if (proc.exitInfo) {
         await drained(proc);
         throw new Error(`${(err as Error).message}\n--- ${what} output ---\n${tail(output())}`);

@@ -45,6 +45,10 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('auto-compact-sample-interval', 'string', 'time mode: how often the revision is sampled (default clamp(retention/7, 1m, 24h))'),
   flag('auto-compact-retain-revisions', 'number', 'revision mode: revisions kept behind the current one'),
   flag('auto-compact-interval', 'string', 'revision mode: how often to compact (default 5m, as etcd)'),
+  flag('auth-enabled', 'boolean', 'Enforce the Auth API (needs a root user with the root role); without it, auth enabled on the data is disabled at start', 'false'),
+  flag('token-ttl', 'number', 'Lifetime of simple auth tokens in seconds, renewed while in use (etcd\'s --auth-token-ttl)', '300'),
+  flag('bcrypt-cost', 'number', 'bcrypt cost of stored password hashes (4-31)', '10'),
+  flag('auth-token', 'string', 'Token type: simple (etcd\'s --auth-token; jwt is not supported yet)', 'simple'),
 ];
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -77,6 +81,10 @@ export interface Config {
   autoCompactSampleInterval?: string;
   autoCompactRetainRevisions?: number;
   autoCompactInterval?: string;
+  authEnabled: boolean;
+  tokenTtl: number;
+  bcryptCost: number;
+  authToken: string;
 }
 
 function camel(flag: string): string {
@@ -118,6 +126,11 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   }
   parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval');
   autoCompact(cfg);
+  if (cfg.tokenTtl < 1) throw new Error(`--token-ttl must be at least 1 (seconds), got ${cfg.tokenTtl}`);
+  if (cfg.bcryptCost < 4 || cfg.bcryptCost > 31) throw new Error(`--bcrypt-cost must be between 4 and 31, got ${cfg.bcryptCost}`);
+  if (cfg.authToken !== 'simple') {
+    throw new Error(`--auth-token ${cfg.authToken.split(',')[0]} is not supported: kvs issues etcd's simple tokens only (--auth-token simple)`);
+  }
   return cfg;
 }
 

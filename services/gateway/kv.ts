@@ -13,6 +13,8 @@ import type { StorageLink } from './storage-client.js';
 import type { NodeInfo } from './node-info.js';
 import { Op } from '../storage/engine.js';
 import type { GatewaySpans } from './spans.js';
+import type { AuthGate } from './auth/gate.js';
+import { guardedForward, writeChecks } from './auth/guard.js';
 
 export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.StatusObject> {
   if (err instanceof EtcdError) return { code: err.code, details: err.message };
@@ -21,35 +23,25 @@ export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.S
 
 type Unary<Req> = (call: ServerCall<Req, Buffer>, cb: UnaryCallback<Buffer>) => void;
 
-/**
- * A unary call whose request bytes go to storage as they came, and whose answer comes back as
- * is. With `spans` (tracing on) the call gets its write span, which storage's WAL span joins;
- * without, the handler is the untraced one: nothing decoded, nothing allocated for tracing.
- */
-export function forward(link: StorageLink, op: number, spans?: GatewaySpans): Unary<Buffer> {
-  if (spans) {
-    return (call, cb) => {
-      const span = spans.write(call, op);
-      send(link, op, call.request, spans.traceParent(span), spans.ending(span, cb));
-    };
-  }
-  return (call, cb) => send(link, op, call.request, undefined, cb);
+/** A unary call whose request bytes go to storage as they came, and whose answer comes back as is. */
+export function forward(link: StorageLink, op: number): Unary<Buffer> {
+  return (call, cb) => {
+    if (call.request.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));
+    link.call(op, call.request).then(
+      (res) => cb(null, res),
+      (err) => cb(toServiceError(err)),
+    );
+  };
 }
 
-function send(link: StorageLink, op: number, body: Buffer, traceParent: string | undefined, cb: UnaryCallback<Buffer>): void {
-  if (body.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));
-  link.call(op, body, traceParent).then(
-    (res) => cb(null, res),
-    (err) => cb(toServiceError(err)),
-  );
-}
-
-/** etcd's KV service; `spans` only while tracing is on. */
-export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo, spans?: GatewaySpans) {
+/** etcd's KV service, checking callers once auth is enabled; `spans` only while tracing is on. */
+export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo, gate: AuthGate, spans?: GatewaySpans) {
   const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
   const Range = (call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) => {
     try {
       db.env.resetReadTxn();
+      // With auth enabled: read on the whole range (an empty key is refused by range() first, as etcd).
+      if (call.request.key.length) gate.caller(call)?.read(call.request.key, call.request.rangeEnd);
       const rr = range(db, rangeParams(call.request));
       cb(null, R.build((w) => R.rangeResponse(w, node.header(rr.revision), rr.kvs, rr.more, rr.count)));
     } catch (err) {
@@ -58,10 +50,10 @@ export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo, spans?:
   };
   const impl = {
     Range: spans ? spans.range(Range) : Range,
-    Put: forward(link, Op.PUT, spans),
-    DeleteRange: forward(link, Op.DELETE_RANGE, spans),
-    Txn: forward(link, Op.TXN, spans),
-    Compact: forward(link, Op.COMPACT, spans),
+    Put: guardedForward(link, Op.PUT, gate, writeChecks.put, spans),
+    DeleteRange: guardedForward(link, Op.DELETE_RANGE, gate, writeChecks.deleteRange, spans),
+    Txn: guardedForward(link, Op.TXN, gate, writeChecks.txn, spans),
+    Compact: guardedForward(link, Op.COMPACT, gate, writeChecks.user, spans),
   };
   return { def, impl };
 }

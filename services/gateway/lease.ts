@@ -9,6 +9,9 @@ import type { StorageLink } from './storage-client.js';
 import type { OpenStreams } from '../../shared/grpc/server.js';
 import { forward, toServiceError } from './kv.js';
 import { Op } from '../storage/engine.js';
+import type { AuthGate } from './auth/gate.js';
+import { guardedForward, writeChecks } from './auth/guard.js';
+import { checked, keepAliveCheck, leaseLeasesCheck, leaseTimeToLiveCheck } from './auth/wrap.js';
 
 const RAW = ['LeaseGrant', 'LeaseRevoke', 'LeaseKeepAlive', 'LeaseTimeToLive', 'LeaseLeases'];
 
@@ -16,14 +19,16 @@ const RAW = ['LeaseGrant', 'LeaseRevoke', 'LeaseKeepAlive', 'LeaseTimeToLive', '
  * `writes` is the link on storage's Write stream, `leases` the one on its Lease stream; the
  * keep-alive streams are registered in `open`, which the gateway ends when it stops.
  */
-export function leaseService(writes: StorageLink, leases: StorageLink, open: OpenStreams) {
+export function leaseService(writes: StorageLink, leases: StorageLink, open: OpenStreams, gate: AuthGate) {
   const def = service('etcdserverpb.Lease', { rawRequests: RAW });
+  // With auth enabled, every Lease call needs a user (etcd's later releases; 3.4.23 answered
+  // some without a token), and the keys attached to a lease decide the rest.
   const impl = {
-    LeaseGrant: forward(writes, Op.LEASE_GRANT),
-    LeaseRevoke: forward(writes, Op.LEASE_REVOKE),
-    LeaseTimeToLive: forward(leases, Op.LEASE_TIME_TO_LIVE),
-    LeaseLeases: forward(leases, Op.LEASE_LEASES),
-    LeaseKeepAlive: keepAlive(leases, open),
+    LeaseGrant: guardedForward(writes, Op.LEASE_GRANT, gate, writeChecks.user),
+    LeaseRevoke: guardedForward(writes, Op.LEASE_REVOKE, gate, writeChecks.leaseRevoke),
+    LeaseTimeToLive: checked(gate, leaseTimeToLiveCheck, forward(leases, Op.LEASE_TIME_TO_LIVE) as never),
+    LeaseLeases: checked(gate, leaseLeasesCheck(gate), forward(leases, Op.LEASE_LEASES) as never),
+    LeaseKeepAlive: keepAlive(leases, open, gate),
   };
   return { def, impl };
 }
@@ -33,13 +38,19 @@ export function leaseService(writes: StorageLink, leases: StorageLink, open: Ope
  * in request order (as etcd answers them one by one). A failure ends the stream with its
  * status, as etcd does; clients open a new one.
  */
-function keepAlive(leases: StorageLink, open: OpenStreams) {
+function keepAlive(leases: StorageLink, open: OpenStreams, gate: AuthGate) {
   return (call: ServerCall<Buffer, Buffer>) => {
     open.add(call);
     let last: Promise<unknown> = Promise.resolve();
     let failed = false;
     call.on('data', (body: Buffer) => {
-      const answer = leases.call(Op.LEASE_KEEPALIVE, body);
+      let answer: Promise<Buffer>;
+      try {
+        keepAliveCheck(gate, call, body);
+        answer = leases.call(Op.LEASE_KEEPALIVE, body);
+      } catch (err) {
+        answer = Promise.reject(err);
+      }
       answer.catch(() => {}); // handled in order below
       last = last.then(async () => {
         if (failed) return;

@@ -24,6 +24,11 @@ import { hubWatch } from './concurrency/hub-watch.js';
 import { lockService, electionService } from './concurrency/services.js';
 import { startTracing } from '../../shared/tracing.js';
 import { GatewaySpans } from './spans.js';
+import { AuthGate } from './auth/gate.js';
+import { TokenRenewer } from './auth/renewer.js';
+import { authService } from './auth/service.js';
+import { checkAll, watchAuthorizer } from './auth/wrap.js';
+import { maintenanceChecks, lockChecks, electionChecks } from './auth/concurrency.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
@@ -34,6 +39,8 @@ export async function runGateway(cfg: Config): Promise<void> {
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
   const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
   const hub = new Hub(db, log);
+  const renewer = new TokenRenewer(link, log);
+  const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000 });
   serveMetrics('gateway', () => {
     const c = hub.counts();
     M.watchActive.set(c.watchers);
@@ -42,13 +49,24 @@ export async function runGateway(cfg: Config): Promise<void> {
   const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
   const streams = new OpenStreams();
   const stopping = new AbortController();
-  const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval') }, log);
+  const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval'), authorize: watchAuthorizer(gate) }, log);
   // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
   // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
   const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES });
-  for (const { def, impl } of [kvService(db, link, node, tracing && new GatewaySpans(tracing)), maintenanceService(db, cfg.dataDir, node, log), clusterService(db, node), leaseService(link, leaseLink, streams), watch, lockService(concurrency, log, stopping.signal), electionService(concurrency, log, stopping.signal)]) {
-    server.addService(def, impl as Record<string, unknown>);
+  // With auth enabled every service checks its caller (services/gateway/auth).
+  const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });
+  for (const { def, impl } of [
+    kvService(db, link, node, gate, tracing && new GatewaySpans(tracing)),
+    guarded(maintenanceService(db, cfg.dataDir, node, log), maintenanceChecks),
+    clusterService(db, node),
+    leaseService(link, leaseLink, streams, gate),
+    watch,
+    guarded(lockService(concurrency, log, stopping.signal), lockChecks),
+    guarded(electionService(concurrency, log, stopping.signal), electionChecks),
+    authService(db, link, gate, node, log, { bcryptCost: cfg.bcryptCost }),
+  ]) {
+    server.addService(def as never, impl as Record<string, unknown>);
   }
   await server.listen(cfg.listen);
   installLifecycle(log, {
@@ -58,6 +76,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       stopping.abort();
       await server.shutdown(5000);
       feed.close();
+      renewer.close();
       link.close();
       leaseLink.close();
       await db.env.close();

@@ -15,6 +15,8 @@ interface Queued {
   id: number;
   op: number;
   body: Uint8Array;
+  /** The auth revision its permission was checked at (0: none; see WriteRequest.auth_revision). */
+  authRevision: number;
   /** W3C traceparent of the caller's span, only while tracing is on. */
   traceParent: string | undefined;
   resolve(body: Buffer): void;
@@ -90,12 +92,13 @@ export class StorageLink {
   }
 
   /**
-   * Sends one write and resolves with the encoded etcd response. `traceParent` (tracing on)
-   * makes storage's span of the write a child of the caller's.
+   * Sends one write and resolves with the encoded etcd response. `authRevision`: the auth
+   * revision its permission was checked at (0: none; see WriteRequest.auth_revision).
+   * `traceParent` (tracing on) makes storage's span of the write a child of the caller's.
    */
-  call(op: number, body: Uint8Array, traceParent?: string): Promise<Buffer> {
+  call(op: number, body: Uint8Array, authRevision = 0, traceParent?: string): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      this.outbox.push({ id: this.nextId++, op, body, traceParent, resolve, reject, expires: Date.now() + this.waitMs });
+      this.outbox.push({ id: this.nextId++, op, body, authRevision, traceParent, resolve, reject, expires: Date.now() + this.waitMs });
       this.scheduleFlush();
     });
   }
@@ -120,7 +123,7 @@ export class StorageLink {
       const q = batch[i];
       this.sent.set(q.id, q);
       // An undefined traceParent is not encoded (tracing off: the message is as before).
-      requests[i] = { id: q.id, op: q.op, body: q.body, traceParent: q.traceParent };
+      requests[i] = { id: q.id, op: q.op, body: q.body, authRevision: q.authRevision, traceParent: q.traceParent };
     }
     this.stream.write({ requests });
   };

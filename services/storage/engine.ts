@@ -26,17 +26,26 @@ import { Executor, type Identity, type TxnRequest, type CompactionRequest } from
 import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
 import * as M from '../../shared/metrics.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
+import type { AuthChange } from './auth/apply.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
 import { CompactionSteps, REMOVAL_STOPPED } from './compaction-steps.js';
 import type { Tracing } from '../../shared/tracing.js';
 import { WalSpans, endWalSpans } from './wal-spans.js';
+import { AuthExecutor, AuthOp } from './auth/executor.js';
+import { AuthErrors } from '../../shared/auth/errors.js';
+import { authTables } from '../../shared/auth/tables.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
   LEASE_GRANT: LeaseOp.GRANT, LEASE_REVOKE: LeaseOp.REVOKE,
   LEASE_KEEPALIVE: LeaseOp.KEEPALIVE, LEASE_TIME_TO_LIVE: LeaseOp.TIME_TO_LIVE, LEASE_LEASES: LeaseOp.LEASES,
+  AUTH_ENABLE: AuthOp.ENABLE, AUTH_DISABLE: AuthOp.DISABLE, AUTHENTICATE: AuthOp.AUTHENTICATE,
+  AUTH_USER_ADD: AuthOp.USER_ADD, AUTH_USER_DELETE: AuthOp.USER_DELETE, AUTH_USER_CHANGE_PASSWORD: AuthOp.USER_CHANGE_PASSWORD,
+  AUTH_USER_GRANT_ROLE: AuthOp.USER_GRANT_ROLE, AUTH_USER_REVOKE_ROLE: AuthOp.USER_REVOKE_ROLE, AUTH_ROLE_ADD: AuthOp.ROLE_ADD,
+  AUTH_ROLE_DELETE: AuthOp.ROLE_DELETE, AUTH_ROLE_GRANT_PERMISSION: AuthOp.ROLE_GRANT_PERMISSION,
+  AUTH_ROLE_REVOKE_PERMISSION: AuthOp.ROLE_REVOKE_PERMISSION, AUTH_TOKEN_REFRESH: AuthOp.TOKEN_REFRESH,
 } as const;
 
 export interface WriteResult {
@@ -56,6 +65,8 @@ interface Pending {
   arrived: number;
   /** W3C traceparent of the client's write span (tracing on); '' or undefined otherwise. */
   traceParent: string | undefined;
+  /** The auth revision the gateway checked the caller's permission at (0: unchecked, internal). */
+  authRevision: number;
 }
 
 /** The kind of each write op before its request is decoded. */
@@ -79,6 +90,8 @@ export interface EngineOptions {
   space?: DiskSpace;
   /** Only while tracing is on: WAL appends become kvs.wal.append spans. */
   tracing?: Tracing;
+  /** Simple-token lifetime (--token-ttl) in ms; default 300 s, as etcd. */
+  tokenTtlMs?: number;
 }
 
 export class Engine {
@@ -87,6 +100,7 @@ export class Engine {
   readonly lessor: Lessor;
   /** A compaction's physical removal, in steps between batches. */
   readonly compaction: CompactionSteps;
+  readonly auth: AuthExecutor;
   /** Committed batches, for watchers (Storage.Feed). */
   readonly feed = new CommitFeed();
   private queue: Pending[] = [];
@@ -120,6 +134,7 @@ export class Engine {
     this.index = readMeta(db, META.appliedIndex);
     this.compaction = new CompactionSteps(db, log, () => this.inFlight);
     this.compaction.resume();
+    this.auth = new AuthExecutor(db, () => this.executor.currentHeader(), { tokenTtlMs: opts.tokenTtlMs ?? 300_000 });
   }
 
   /** The current revision as readers see it: not that of a batch still being uploaded. */
@@ -135,6 +150,7 @@ export class Engine {
   /** Opens the WAL, replays what LMDB has not applied yet, and returns a ready engine. */
   static open(db: MvccDb, dataDir: string, log: Logger, opts: EngineOptions = {}): Engine {
     const wal = opts.wal ?? Engine.openWal(dataDir, log);
+    authTables(db); // created before a replayed entry needs them (outside any transaction)
     const applied = readMeta(db, META.appliedIndex);
     if (!wal.isEmpty && wal.firstIndex > BigInt(applied) + 1n) {
       throw new Error(
@@ -169,11 +185,12 @@ export class Engine {
 
   /**
    * Queues one write; `done` is called once it is durable and applied, or has failed.
+   * `authRevision`: the auth revision the gateway checked the caller's permission at (0: none).
    * `traceParent` (tracing on) makes the write's kvs.wal.append span a child of the caller's.
    */
-  submit(op: number, body: Uint8Array, done: Done, traceParent?: string): void {
+  submit(op: number, body: Uint8Array, done: Done, authRevision = 0, traceParent?: string): void {
     if (this.closed) return done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
-    this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now(), traceParent });
+    this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now(), authRevision, traceParent });
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
@@ -307,7 +324,7 @@ export class Engine {
     for (let i = 0; i < batch.length; i++) {
       const p = batch[i];
       try {
-        const { response, entry, physical } = this.execute(p);
+        const { response, entry, physical } = this.execute(p, index + 1);
         if (physical) p.done = this.afterRemoval(p.done);
         if (entry) {
           records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
@@ -347,9 +364,13 @@ export class Engine {
     return (r) => (r.code ? done(r) : this.compaction.whenRemoved((ok) => done(ok ? r : REMOVAL_STOPPED)));
   }
 
-  private execute(p: Pending): { response: Buffer; entry?: WalEntry; physical?: boolean } {
+  private execute(p: Pending, walIndex: number): { response: Buffer; entry?: WalEntry; physical?: boolean } {
     const { op, body } = p;
     if (body.length > MAX_REQUEST_BYTES) throw Errors.requestTooLarge;
+    // The gateway checked permissions at p.authRevision; auth changed since (a revocation, or
+    // auth enabled) means that check no longer holds: etcd's ErrAuthOldRevision (the gateway
+    // checks again and resends).
+    if (p.authRevision !== 0 && this.auth.enabled && p.authRevision !== this.auth.revision) throw AuthErrors.authOldRevision;
     // The gateway forwards the client's bytes undecoded. A body that does not decode fails
     // alone, with gRPC's unmarshalling error (INTERNAL, as etcd): nothing has been written for
     // it yet, so it must not abort the batch it shares with other clients' writes.
@@ -373,6 +394,7 @@ export class Engine {
       case Op.LEASE_REVOKE:
         return this.lessor.revoke(request('etcdserverpb.LeaseRevokeRequest'));
       default:
+        if (AuthExecutor.handles(op)) return this.auth.execute(op, request, walIndex);
         throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown storage operation ${op}`);
     }
   }
@@ -429,11 +451,12 @@ export class Engine {
 }
 
 function encodeEntry(e: WalEntry): Buffer {
-  const { leaseGrant: g, leaseRevoke: r, ...rest } = e;
+  const { leaseGrant: g, leaseRevoke: r, auth: a, ...rest } = e;
   return encode(WAL_ENTRY, {
     ...rest,
     ...(g && { leaseGrant: { id: int64(g.id), ttl: g.ttl } }),
     ...(r && { leaseRevoke: { id: int64(r.id) } }),
+    ...(a && { auth: a }),
   });
 }
 
@@ -441,11 +464,15 @@ type Int64 = number | Long;
 export function decodeEntry(buf: Uint8Array): WalEntry {
   const m = decode<{
     revision: unknown; mutations: { type: number; kv: Uint8Array }[]; compactRevision: unknown;
-    leaseGrant?: { id: Int64; ttl: Int64 }; leaseRevoke?: { id: Int64 };
+    leaseGrant?: { id: Int64; ttl: Int64 }; leaseRevoke?: { id: Int64 }; auth?: AuthChange & { authRevision: Int64 };
   }>(WAL_ENTRY, buf);
   const e: WalEntry = { revision: num(m.revision as number), mutations: m.mutations, compactRevision: num(m.compactRevision as number) };
   if (m.leaseGrant) e.leaseGrant = { id: bigint(m.leaseGrant.id), ttl: num(m.leaseGrant.ttl) };
   if (m.leaseRevoke) e.leaseRevoke = { id: bigint(m.leaseRevoke.id) };
+  if (m.auth) {
+    const a = m.auth;
+    e.auth = { ...a, authRevision: num(a.authRevision), putTokens: a.putTokens.map((t) => ({ ...t, expiresAtMs: num(t.expiresAtMs as unknown as Int64) })) };
+  }
   return e;
 }
 

@@ -9,6 +9,7 @@ import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady 
 import * as M from '../../shared/metrics.js';
 import { Engine, type EngineOptions } from './engine.js';
 import { storageServer } from './server.js';
+import { applyAuthFlag } from './auth/startup.js';
 import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
 import { startAutoCompaction } from './compactor.js';
@@ -27,8 +28,9 @@ export async function runStorage(cfg: Config): Promise<void> {
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
-  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing });
+  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000 });
   opened = engine;
+  await applyAuthFlag(engine, cfg.authEnabled, log);
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);

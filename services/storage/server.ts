@@ -2,13 +2,13 @@
 // batches (one message per caller event-loop turn), answered per group-commit drain, and a
 // second stream of the same shape for lease keep-alives and queries, which never write.
 import * as grpc from '@grpc/grpc-js';
-import { service } from '../../shared/proto/index.js';
+import { num, service, type Long } from '../../shared/proto/index.js';
 import type { Engine, WriteResult } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
 
 /** traceParent: decoded as '' when the gateway sent none (tracing off). */
-interface WriteRequest { id: unknown; op: number; body: Uint8Array; traceParent: string }
+interface WriteRequest { id: unknown; op: number; body: Uint8Array; authRevision?: number | Long; traceParent: string }
 interface WriteBatch { requests: WriteRequest[] }
 
 export interface StorageServer {
@@ -24,7 +24,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
    * One stream of request batches: each request goes to `handle`, and the answers that are
    * ready in one event-loop turn go back in one message.
    */
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void, traceParent: string) => void) => {
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void, authRevision: number, traceParent: string) => void) => {
     // Tells the gateway at once that this stream reached a live storage process.
     call.sendMetadata(new grpc.Metadata());
     streams.add(call);
@@ -41,13 +41,14 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
     call.on('data', (batch: WriteBatch) => {
       for (const req of batch.requests) {
         const id = req.id;
+        const rev = req.authRevision;
         handle(req.op, req.body, (r: WriteResult) => {
           out.push({ id, body: r.body, code: r.code, message: r.message });
           if (!flushScheduled) {
             flushScheduled = true;
             process.nextTick(flush);
           }
-        }, req.traceParent);
+        }, num(rev), req.traceParent);
       }
     });
     call.on('end', () => call.end());
@@ -55,7 +56,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
   };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
-      serveBatches(call, (op, body, done, traceParent) => engine.submit(op, body, done, traceParent));
+      serveBatches(call, (op, body, done, authRevision, traceParent) => engine.submit(op, body, done, authRevision, traceParent));
     },
     Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));

@@ -41,6 +41,11 @@ const FILTER_NOPUT = 0;
 const FILTER_NODELETE = 1;
 
 export interface WatchServiceOptions {
+  /**
+   * With auth enabled: why the stream's caller may not watch [key, rangeEnd) (the cancel_reason
+   * etcd sends), or undefined when they may (services/gateway/auth/watch.ts).
+   */
+  authorize?: (call: ServerCall<unknown, unknown>, key: Uint8Array, rangeEnd: Uint8Array) => string | undefined;
   /** etcd's --experimental-watch-progress-notify-interval (default 10 minutes). */
   progressIntervalMs: number;
 }
@@ -86,7 +91,7 @@ class WatchStream {
     private readonly hub: Hub,
     private readonly db: MvccDb,
     private readonly node: NodeInfo,
-    opts: WatchServiceOptions,
+    private readonly opts: WatchServiceOptions,
     private readonly onClose: (s: WatchStream) => void,
   ) {
     call.on('data', (req: WatchRequest) => this.onRequest(req));
@@ -118,6 +123,9 @@ class WatchStream {
   private create(r: CreateRequest): void {
     const range = watchRange(r.key, r.rangeEnd);
     const wsrev = this.hub.storeRevision();
+    // As etcd: a watch the caller may not read is answered created and canceled at once.
+    const denied = this.opts.authorize?.(this.call as ServerCall<unknown, unknown>, r.key, r.rangeEnd);
+    if (denied) return this.write({ header: this.node.header(wsrev), watchId: -1, created: true, canceled: true, cancelReason: denied });
     let start = num(r.startRevision as number);
     if (start === 0) start = wsrev + 1;
     let id = num(r.watchId as number);

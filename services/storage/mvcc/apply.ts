@@ -7,6 +7,7 @@ import { revKey, keyRevValue, EVENT_PUT, EVENT_DELETE } from '../../../shared/mv
 import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
 import { markCompaction } from './compaction.js';
+import { applyAuthChange, type AuthChange } from '../auth/apply.js';
 
 export const MUTATION_PUT = 0;
 export const MUTATION_DELETE = 1;
@@ -22,6 +23,8 @@ export interface WalEntry extends LeaseChanges {
   revision: number;
   mutations: Mutation[];
   compactRevision: number;
+  /** Users, roles, the enabled flag or tokens changed (services/storage/auth). */
+  auth?: AuthChange;
 }
 
 const EMPTY_VALUE = Buffer.alloc(0);
@@ -78,5 +81,6 @@ export function applyEntry(db: MvccDb, entry: WalEntry, index: number): void {
   // The removal of what it made unreachable follows in steps (compaction.ts).
   if (entry.compactRevision > 0) markCompaction(db, entry.compactRevision);
   applyLeaseChanges(db, entry);
+  if (entry.auth) applyAuthChange(db, entry.auth);
   db.meta.putSync(META.appliedIndex, index);
 }

@@ -1,0 +1,164 @@
+// Who is calling, and may they: etcd's AuthInfoFromCtx and isOpPermitted / IsAdminPermitted
+// (auth/store.go), read from LMDB on every request (after the caller's resetReadTxn), so a
+// revoked role, a deleted user or a changed password counts from the next request on. Only the
+// merged permissions of a user are cached, per auth revision (any auth change drops them).
+import type { MvccDb } from '../../../shared/mvcc/schema.js';
+import { AuthErrors } from '../../../shared/auth/errors.js';
+import { authMeta, getRole, getToken, getUser, hasRootRole, tokenDigest } from '../../../shared/auth/tables.js';
+import { inReservedSpace, mergePerms, permitted, type UserPerms } from '../../../shared/auth/perms.js';
+import type { Checks } from '../../../shared/auth/requests.js';
+import { leaseKeys } from '../../../shared/mvcc/leases.js';
+import { bigint as toBigint } from '../../../shared/proto/index.js';
+
+/** The part of a server call the gate reads. */
+export interface CallLike {
+  metadata: { get(key: string): unknown[] };
+}
+
+/**
+ * HOOK (client TLS, --client-tls-ca): with mutual TLS, etcd authorises a request that carries
+ * no token as the user named by the client certificate's Common Name (AuthInfoFromTLS). The
+ * transport engineer exposes the verified peer certificate's CN on the server call; return it
+ * here (undefined without a verified client certificate).
+ */
+export function peerCommonName(call: CallLike): string | undefined {
+  const cn = (call as { peerCommonName?: string | (() => string | undefined) }).peerCommonName;
+  return typeof cn === 'function' ? cn.call(call) : cn;
+}
+
+interface Compiled {
+  exists: boolean;
+  root: boolean;
+  perms: UserPerms;
+}
+
+export interface GateOptions {
+  /** Wall clock (token expiry); tests move it. */
+  now?: () => number;
+  /** Called with a token's digest when it is used less than half its lifetime before expiry. */
+  renew?: (digest: Buffer) => void;
+  /** --token-ttl in ms: a token used within its last half is renewed. */
+  tokenTtlMs?: number;
+}
+
+export class AuthGate {
+  private cacheRevision = 0;
+  private cache = new Map<string, Compiled>();
+  private readonly now: () => number;
+
+  constructor(readonly db: MvccDb, private readonly opts: GateOptions = {}) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** The auth state as of the current read transaction. */
+  meta() {
+    return authMeta(this.db);
+  }
+
+  /**
+   * The caller of `call`, or undefined while auth is disabled (nothing to check). Call after
+   * db.env.resetReadTxn(). Throws "invalid auth token" for a token that is unknown or expired.
+   */
+  caller(call: CallLike): Caller | undefined {
+    const meta = authMeta(this.db);
+    if (!meta.enabled) return undefined;
+    return this.identify(call, meta.revision);
+  }
+
+  identify(call: CallLike, revision: number): Caller {
+    const token = firstString(call.metadata.get('token')) ?? firstString(call.metadata.get('authorization'));
+    if (token === undefined) return new Caller(this, peerCommonName(call) ?? '', revision);
+    const digest = tokenDigest(token);
+    const stored = getToken(this.db, digest);
+    const now = this.now();
+    if (!stored || stored.expiresAtMs <= now) throw AuthErrors.invalidAuthToken;
+    const ttl = this.opts.tokenTtlMs;
+    if (ttl && this.opts.renew && stored.expiresAtMs - now < ttl / 2) this.opts.renew(digest);
+    return new Caller(this, stored.user, revision);
+  }
+
+  /** A user's roles merged, cached until the auth revision changes. */
+  compiled(user: string, revision: number): Compiled {
+    if (revision !== this.cacheRevision) {
+      this.cache.clear();
+      this.cacheRevision = revision;
+    }
+    let c = this.cache.get(user);
+    if (!c) {
+      const u = getUser(this.db, user);
+      c = u
+        ? { exists: true, root: hasRootRole(u), perms: mergePerms(u.roles.map((r) => getRole(this.db, r))) }
+        : { exists: false, root: false, perms: { read: [], write: [] } };
+      if (this.cache.size > 10_000) this.cache.clear();
+      this.cache.set(user, c);
+    }
+    return c;
+  }
+}
+
+function firstString(v: unknown[] | undefined): string | undefined {
+  const x = v?.[0];
+  if (x === undefined) return undefined;
+  return typeof x === 'string' ? x : Buffer.from(x as Uint8Array).toString();
+}
+
+const NONE = new Uint8Array(0);
+
+/** An identified caller while auth is enabled: user '' is a request without credentials. */
+export class Caller implements Checks {
+  constructor(private readonly gate: AuthGate, readonly user: string, readonly revision: number) {}
+
+  /** etcd's requireAuthInfo: a user is needed (Lease calls, Status, Compact in later releases). */
+  requireUser(): void {
+    if (this.user === '') throw AuthErrors.userEmpty;
+  }
+
+  /** etcd's IsAdminPermitted. */
+  admin(): void {
+    this.requireUser();
+    const c = this.gate.compiled(this.user, this.revision);
+    if (!c.exists) throw AuthErrors.userNotFound;
+    if (!c.root) throw AuthErrors.permissionDenied;
+  }
+
+  isAdmin(): boolean {
+    if (this.user === '') return false;
+    const c = this.gate.compiled(this.user, this.revision);
+    return c.exists && c.root;
+  }
+
+  hasRole(role: string): boolean {
+    return getUser(this.gate.db, this.user)?.roles.includes(role) ?? false;
+  }
+
+  private op(key: Uint8Array, rangeEnd: Uint8Array, write: boolean): void {
+    // The reserved key space is refused to everyone, root included (the spec's rule 6).
+    if (inReservedSpace(key, rangeEnd)) throw AuthErrors.permissionDenied;
+    this.requireUser();
+    const c = this.gate.compiled(this.user, this.revision);
+    if (!c.exists) throw AuthErrors.permissionDenied;
+    if (c.root) return;
+    if (!permitted(write ? c.perms.write : c.perms.read, key, rangeEnd)) throw AuthErrors.permissionDenied;
+  }
+
+  read(key: Uint8Array, rangeEnd: Uint8Array = NONE): void {
+    this.op(key, rangeEnd, false);
+  }
+
+  write(key: Uint8Array, rangeEnd: Uint8Array = NONE): void {
+    this.op(key, rangeEnd, true);
+  }
+
+  /** etcd's checkLeasePuts: write on every key attached to the lease, unless root. */
+  leaseKeys(lease: unknown): void {
+    const id = toBigint(lease as number);
+    if (id === 0n || this.isAdmin()) return;
+    for (const key of leaseKeys(this.gate.db, id)) this.write(key);
+  }
+
+  /** Read on every key attached to the lease, unless root (LeaseTimeToLive with keys, LeaseLeases). */
+  leaseKeysReadable(lease: bigint): void {
+    if (this.isAdmin()) return;
+    for (const key of leaseKeys(this.gate.db, lease)) this.read(key);
+  }
+}
