@@ -229,6 +229,19 @@ test('bad input: an occupied or malformed --metrics-addr refuses to start; unkno
   assert.equal(malformed.exitCode, 2);
   assert.equal(malformed.stderr, 'kvs: --metrics-addr must be host:port, got "localhost"\n');
 
+  // The other observability flags: one line naming the flag and the value, exit code 2.
+  const refused: [string[], string][] = [
+    [['--auto-compact-mode', 'daily'], 'kvs: --auto-compact-mode must be time or revision, got "daily"\n'],
+    [['--auto-compact-retention', '1h'], 'kvs: --auto-compact-retention needs --auto-compact-mode time\n'],
+    [['--auto-compact-mode', 'time', '--auto-compact-retention', 'a week'], 'kvs: --auto-compact-retention must be a duration such as 500ms, 30s or 10m, got "a week"\n'],
+    [['--log-format', 'xml'], 'kvs: --log-format must be json or pretty, got "xml"\n'],
+    [['--metrics-adr', '127.0.0.1:1'], 'kvs: unknown flag --metrics-adr (did you mean --metrics-addr?); `kvs <command> --help` lists the flags\n'],
+  ];
+  for (const [args, stderr] of refused) {
+    const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, ...args], { timeoutMs: 20_000 });
+    assert.deepEqual([r.exitCode, r.stderr], [2, stderr], args.join(' '));
+  }
+
   const { node, addr } = await metricsNode(t);
   assert.equal((await get(addr, '/nope')).status, 404);
   assert.equal((await get(addr, '/metrics', { method: 'POST', body: 'x' })).status, 405);
