@@ -64,7 +64,8 @@ export class H2Channel {
     });
   }
 
-  unary(path: string, body: Buffer, deadlineMs: number): Promise<Buffer> {
+  /** `token`: sent as the `token` header (gRPC metadata) when given, as etcd's clients do. */
+  unary(path: string, body: Buffer, deadlineMs: number, token?: string): Promise<Buffer> {
     const frame = Buffer.allocUnsafe(5 + body.length);
     frame[0] = 0; // not compressed
     frame.writeUInt32BE(body.length, 1);
@@ -72,13 +73,15 @@ export class H2Channel {
     return new Promise((resolve, reject) => {
       let stream: http2.ClientHttp2Stream;
       try {
-        stream = this.open().request({
+        const headers: http2.OutgoingHttpHeaders = {
           ':method': 'POST',
           ':path': path,
           'content-type': 'application/grpc',
           te: 'trailers',
           'grpc-timeout': `${deadlineMs}m`,
-        });
+        };
+        if (token !== undefined) headers.token = token;
+        stream = this.open().request(headers);
       } catch (err) {
         this.session?.destroy();
         return reject(err);

@@ -2,6 +2,8 @@
 // encoded with protobufjs from shared/proto (method paths from service()), responses left as
 // bytes. Two channels: 'h2' (default, bench/h2-channel.ts, the cheapest per call) and
 // 'grpc-js' (the library every kvs process uses; `--client grpc-js` to cross-check).
+// After authenticate(), every request carries the token in the `token` metadata (as etcd's
+// clients send it); without one, nothing about a request changes.
 import * as grpc from '@grpc/grpc-js';
 import { decode, encode, service } from '../shared/proto/index.js';
 import { H2Channel } from './h2-channel.js';
@@ -11,7 +13,8 @@ export const CLIENT_KINDS: readonly ClientKind[] = ['h2', 'grpc-js'];
 
 interface Channel {
   connect(timeoutMs: number): Promise<void>;
-  unary(path: string, body: Buffer, deadlineMs: number): Promise<Buffer>;
+  /** `token`: sent as the `token` metadata when given. */
+  unary(path: string, body: Buffer, deadlineMs: number, token?: string): Promise<Buffer>;
   close(): void;
 }
 
@@ -32,11 +35,17 @@ class GrpcJsChannel implements Channel {
     );
   }
 
-  unary(path: string, body: Buffer, deadlineMs: number): Promise<Buffer> {
+  unary(path: string, body: Buffer, deadlineMs: number, token?: string): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      this.client.makeUnaryRequest(path, raw, raw, body, { deadline: Date.now() + deadlineMs }, (err, res) =>
-        err ? reject(err) : resolve(res!),
-      );
+      const done = (err: grpc.ServiceError | null, res?: Buffer) => (err ? reject(err) : resolve(res!));
+      if (token === undefined) {
+        this.client.makeUnaryRequest(path, raw, raw, body, { deadline: Date.now() + deadlineMs }, done);
+        return;
+      }
+      // A fresh Metadata per call: grpc-js's filters add headers to the object they are given.
+      const metadata = new grpc.Metadata();
+      metadata.set('token', token);
+      this.client.makeUnaryRequest(path, raw, raw, body, metadata, { deadline: Date.now() + deadlineMs }, done);
     });
   }
 
@@ -47,6 +56,7 @@ class GrpcJsChannel implements Channel {
 
 const KV = service('etcdserverpb.KV');
 const MAINTENANCE = service('etcdserverpb.Maintenance');
+const AUTH = service('etcdserverpb.Auth');
 const raw = (b: Buffer): Buffer => b;
 
 const PATH = {
@@ -65,6 +75,12 @@ export interface RangeOptions {
 
 export class KvClient {
   private readonly channel: Channel;
+  /** Set by authenticate(): sent with every request from then on. */
+  private token: string | undefined;
+  private credentials: { name: string; password: string } | undefined;
+  private relogin: Promise<void> | undefined;
+  /** Logins after the first, each after a request was refused with `invalid auth token`. */
+  relogins = 0;
 
   constructor(
     readonly endpoint: string,
@@ -80,7 +96,43 @@ export class KvClient {
 
   /** Sends already-encoded request bytes; resolves with the encoded response. */
   call(path: string, body: Buffer, deadlineMs = 30_000): Promise<Buffer> {
-    return this.channel.unary(path, body, deadlineMs);
+    return this.token === undefined ? this.channel.unary(path, body, deadlineMs) : this.callWithToken(path, body, deadlineMs);
+  }
+
+  /**
+   * Logs in (Auth.Authenticate) and sends the token with every later request. A request refused
+   * with `invalid auth token` (an etcd simple token expires after 300 s without use) logs in
+   * again and is sent once more, as etcd's clients do.
+   */
+  async authenticate(name: string, password: string, deadlineMs = 30_000): Promise<void> {
+    this.credentials = { name, password };
+    const res = decode('etcdserverpb.AuthenticateResponse', await this.channel.unary(AUTH.Authenticate!.path, encode('etcdserverpb.AuthenticateRequest', { name, password }), deadlineMs));
+    if (!res.token) throw new Error(`Authenticate as ${name} at ${this.endpoint} returned no token`);
+    this.token = res.token as string;
+  }
+
+  private async callWithToken(path: string, body: Buffer, deadlineMs: number): Promise<Buffer> {
+    const token = this.token;
+    try {
+      return await this.channel.unary(path, body, deadlineMs, token);
+    } catch (err) {
+      const creds = this.credentials;
+      if (!creds || !/invalid auth token/.test((err as Error).message)) throw err;
+      // Concurrent calls refused with the same token share one login.
+      if (this.token === token && !this.relogin) {
+        this.relogins++;
+        this.relogin = this.authenticate(creds.name, creds.password, deadlineMs).finally(() => (this.relogin = undefined));
+      }
+      await this.relogin;
+      return this.channel.unary(path, body, deadlineMs, this.token);
+    }
+  }
+
+  /** An Auth service call by method name (e.g. 'UserAdd'); resolves with the decoded response. */
+  async authCall(method: string, req: object, deadlineMs = 30_000): Promise<unknown> {
+    const m = AUTH[method];
+    if (!m) throw new Error(`no Auth method ${method}`);
+    return m.responseDeserialize(await this.call(m.path, m.requestSerialize(req) as Buffer, deadlineMs));
   }
 
   put(key: Buffer, value: Buffer): Promise<Buffer> {

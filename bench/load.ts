@@ -56,6 +56,8 @@ class WorkerProcess {
 export interface Timing {
   warmupMs: number;
   durationMs: number;
+  /** Time for the clients to connect (and log in) before the warm-up; default 300 ms. */
+  leadMs?: number;
 }
 
 export interface RunOutcome {
@@ -113,7 +115,7 @@ export class LoadGenerator {
     timing: Timing,
     atBoundary: (which: 'start' | 'end') => void,
   ): Promise<RunOutcome> {
-    const startAt = Date.now() + 300; // time to connect
+    const startAt = Date.now() + (timing.leadMs ?? 300); // time to connect
     const measureAt = startAt + timing.warmupMs;
     const endAt = measureAt + timing.durationMs;
     const at = (when: number, which: 'start' | 'end') =>

@@ -5,6 +5,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { CLIENT_KINDS, KvClient, type ClientKind } from './kv-client.js';
+import { enableAuth } from './auth.js';
 import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
 import { LoadGenerator } from './load.js';
 import { describeMachine } from './machine.js';
@@ -29,7 +30,8 @@ workload), runs each workload against both in alternating rounds, prints a table
   --preload <n>         keys in the preloaded data set (default 100000)
   --quick               smoke run: 1 s per workload, 0.25 s warm-up, 1 round, 5000 preloaded keys
   --endpoints h:p,...   measure these etcd v3 endpoints instead (no servers started, no ratios;
-                        writes under ${ROOT_PREFIX} and deletes that prefix afterwards)
+                        writes under ${ROOT_PREFIX} and deletes that prefix afterwards; not the
+                        -auth workloads, which enable auth on the server)
   --systems kvs,etcd    which servers to start (default both)
   --rgw                 also the workloads with kvs on Ceph RGW (${RGW_WORKLOADS.map((w) => w.name).join(',')}),
                         on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
@@ -95,7 +97,13 @@ function settings(argv: string[]): Settings | undefined {
   const client = (a.client ?? 'h2') as ClientKind;
   if (!CLIENT_KINDS.includes(client)) throw new Error(`--client must be one of ${CLIENT_KINDS.join(', ')}`);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  const workloads = a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS, ...(a.rgw ? RGW_WORKLOADS : [])];
+  let workloads = a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS, ...(a.rgw ? RGW_WORKLOADS : [])];
+  if (a.endpoints) {
+    // They create users and enable auth: only on servers started (and removed) here.
+    const auth = workloads.filter((w) => w.auth);
+    if (auth.length && a.workloads) throw new Error(`${auth.map((w) => w.name).join(', ')} enable auth on the server: not with --endpoints`);
+    workloads = workloads.filter((w) => !w.auth);
+  }
   const needsRgw = workloads.filter((w) => w.objectStore === 'rgw');
   if (needsRgw.length && !a.rgw) throw new Error(`${needsRgw.map((w) => w.name).join(', ')} need --rgw (Ceph RGW)`);
   return {
@@ -138,6 +146,12 @@ async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, 
     // Servers started here are fresh for each workload; with --endpoints the data set stays.
     if (!t.server) preloaded.add(`${t.name} ${preloadKeys}`);
   }
+  if (w.auth) {
+    for (const t of targets) {
+      await enableAuth(t.endpoints[0]!, w.preload);
+      log(`  ${t.name}: auth enabled (users root and bench); a Range without a token is refused`);
+    }
+  }
   const tallies = targets.map((t) => new Tally(t, w, opts));
   if (w.clients > 0) {
     for (let r = 1; r <= s.rounds; r++) {
@@ -150,6 +164,29 @@ async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, 
   const results = await Promise.all(tallies.map((t) => t.finish()));
   for (const r of results) log(`  ${r.system}: ${describe(r)}`);
   return results;
+}
+
+/**
+ * For a workload run with auth whose baseline (the same without auth) ran too: each system's
+ * ops/s and server CPU per op relative to its baseline's, and their kvs/etcd ratios.
+ */
+function compareWithBaselines(report: Report): void {
+  for (const wr of report.workloads) {
+    const w = workload(wr.workload);
+    const base = w.auth && report.workloads.find((b) => b.workload === w.auth!.baseline);
+    if (!base) continue;
+    const cpuPerOp = (r: SystemResult) => (r.cpuSeconds.server != null && r.ops > 0 ? r.cpuSeconds.server / r.ops : undefined);
+    for (const r of wr.results) {
+      const b = base.results.find((x) => x.system === r.system);
+      if (!b) continue;
+      if (b.opsPerSec > 0) r.metrics.opsVsBaseline = r.opsPerSec / b.opsPerSec;
+      const [c, cb] = [cpuPerOp(r), cpuPerOp(b)];
+      if (c !== undefined && cb) r.metrics.cpuPerOpVsBaseline = c / cb;
+    }
+    const kvs = wr.results.find((r) => r.system === 'kvs');
+    const etcd = wr.results.find((r) => r.system === 'etcd');
+    if (kvs && etcd) wr.ratios = ratios(kvs, etcd, w.metrics ?? []);
+  }
 }
 
 async function main(): Promise<number> {
@@ -220,6 +257,7 @@ async function main(): Promise<number> {
       if (kvs && etcd) wr.ratios = ratios(kvs, etcd, w.metrics ?? []);
       report.workloads.push(wr);
     }
+    compareWithBaselines(report);
   } finally {
     load.close();
     await rgw?.stop();

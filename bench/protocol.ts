@@ -42,6 +42,8 @@ export interface RunResult {
   bytes: number;
   errors: number;
   firstError?: string;
+  /** -auth workloads: logins again after a token was refused as invalid (expired). */
+  relogins?: number;
 }
 
 export type FromWorker =

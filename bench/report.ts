@@ -17,6 +17,8 @@ export interface SystemResult {
   bytes: number;
   errors: number;
   firstError?: string;
+  /** -auth workloads: logins again after a token was refused as invalid (expired). */
+  relogins?: number;
   /** CPU seconds in the measured window: the server's processes (null when remote), the load generator's. */
   cpuSeconds: { server: number | null; client: number; byServerProcess?: Record<string, number> };
   /** Resident memory of the server's processes at the end (null when remote). */

@@ -15,6 +15,9 @@ export interface Target {
   server?: Server;
 }
 
+/** Lead time of the -auth workloads' rounds: connecting and 16 logins before the warm-up. */
+const AUTH_LEAD_MS = 2500;
+
 interface CpuSample {
   server: Map<number, number> | null;
   client: number;
@@ -25,6 +28,7 @@ export class Tally {
   private bytes = 0;
   private errors = 0;
   private firstError: string | undefined;
+  private relogins = 0;
   private durationS = 0;
   private clientCpu = 0;
   private serverCpu: Record<string, number> | null = null;
@@ -39,7 +43,9 @@ export class Tally {
   async round(load: LoadGenerator, warmupMs: number, durationMs: number): Promise<string> {
     const { target: t, workload: w } = this;
     const cpu: Partial<Record<'start' | 'end', CpuSample>> = {};
-    const out = await load.run(w.name, t.endpoints, w.clients, this.opts, { warmupMs, durationMs }, (which) => {
+    // -auth workloads: 16 logins (a bcrypt check each on the server) before the warm-up.
+    const timing = { warmupMs, durationMs, ...(w.auth ? { leadMs: AUTH_LEAD_MS } : {}) };
+    const out = await load.run(w.name, t.endpoints, w.clients, this.opts, timing, (which) => {
       const server = t.server ? new Map(t.server.pids().map((pid) => [pid, cpuSecondsOf(pid)])) : null;
       cpu[which] = { server, client: cpuSeconds(load.pids()) };
     });
@@ -52,6 +58,8 @@ export class Tally {
     const errors = out.results.reduce((n, r) => n + r.errors, 0);
     this.errors += errors;
     this.firstError ??= out.results.find((r) => r.firstError)?.firstError;
+    const relogins = out.results.reduce((n, r) => n + (r.relogins ?? 0), 0);
+    this.relogins += relogins;
     const { start, end } = cpu;
     if (start && end) {
       this.clientCpu += end.client - start.client;
@@ -64,7 +72,11 @@ export class Tally {
         }
       }
     }
-    return `${Math.round(ops / seconds).toLocaleString('en-US')} ops/s${errors ? `, ${errors} errors (${this.firstError})` : ''}`;
+    return (
+      `${Math.round(ops / seconds).toLocaleString('en-US')} ops/s` +
+      (relogins ? `, ${relogins} logins again after an invalid token` : '') +
+      (errors ? `, ${errors} errors (${this.firstError})` : '')
+    );
   }
 
   /** The result over all rounds, with the workload's own numbers (`measure`). */
@@ -82,6 +94,7 @@ export class Tally {
       bytes: this.bytes,
       errors: this.errors,
       ...(this.firstError ? { firstError: this.firstError } : {}),
+      ...(this.relogins ? { relogins: this.relogins } : {}),
       cpuSeconds: {
         server: this.serverCpu ? Object.values(this.serverCpu).reduce((a, b) => a + b, 0) : null,
         client: this.clientCpu,

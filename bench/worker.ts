@@ -2,6 +2,7 @@
 // connection) as told by the main process over IPC, and sends back the latency of every
 // request that started in the measured window.
 import { performance } from 'node:perf_hooks';
+import { BENCH_PASSWORD, BENCH_USER } from './auth.js';
 import { KvClient, type ClientKind } from './kv-client.js';
 import { DATA_AREA, key, value } from './keys.js';
 import type { FromWorker, PreloadRequest, RunRequest, ToWorker } from './protocol.js';
@@ -57,6 +58,16 @@ async function run(req: RunRequest): Promise<void> {
   const origin = performance.timeOrigin;
   const measureFrom = req.measureAt - origin;
   const end = req.endAt - origin;
+  if (w.auth) {
+    // Each client logs in once, before the timed phase (a bcrypt check on the server each).
+    try {
+      await Promise.all(clients.map(({ kv }) => kv.authenticate(BENCH_USER, BENCH_PASSWORD)));
+      if (Date.now() > req.measureAt) throw new Error(`${w.name}: the clients' logins lasted into the measured window`);
+    } catch (err) {
+      for (const c of clients) c.kv.close();
+      throw err;
+    }
+  }
   await sleep(req.startAt - Date.now());
   const ops: Op[] = [];
   try {
@@ -90,7 +101,8 @@ async function run(req: RunRequest): Promise<void> {
     for (const op of ops) op.close?.();
     for (const c of clients) c.kv.close();
   }
-  send({ type: 'result', latencies: lat.slice(0, n), bytes, errors, ...(firstError ? { firstError } : {}) });
+  const relogins = clients.reduce((r, c) => r + c.kv.relogins, 0);
+  send({ type: 'result', latencies: lat.slice(0, n), bytes, errors, ...(firstError ? { firstError } : {}), ...(relogins ? { relogins } : {}) });
 }
 
 process.on('message', (msg: ToWorker) => {

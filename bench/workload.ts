@@ -80,6 +80,12 @@ export interface Workload {
    * acknowledged): a local directory, or Ceph RGW (`--rgw`). etcd runs as always.
    */
   objectStore?: ObjectStoreKind;
+  /**
+   * Runs with auth enabled (bench/auth.ts): set up after the preload, each client logs in as
+   * `bench` before the timed phase and sends its token with every request. `baseline` names
+   * the same workload without auth; when both ran, the table compares with it.
+   */
+  auth?: { baseline: string };
 }
 
 export type ObjectStoreKind = 'local' | 'rgw';

@@ -6,8 +6,9 @@ import { mixed } from './mixed.js';
 import { range } from './range.js';
 import { size, size10x } from './size.js';
 import { watch, watchFanout } from './watch.js';
+import { parGetAuth, parPutAuth } from './auth.js';
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, mixed, range, watch, watchFanout, size, size10x];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];
