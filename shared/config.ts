@@ -2,6 +2,7 @@
 // KVS_* environment variable. Precedence: command line, then environment, then default.
 import path from 'node:path';
 import { parseDuration } from './duration.js';
+import { clientTlsFiles } from './grpc/client-tls.js';
 
 export interface FlagSpec {
   flag: string;
@@ -45,6 +46,9 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('auto-compact-sample-interval', 'string', 'time mode: how often the revision is sampled (default clamp(retention/7, 1m, 24h))'),
   flag('auto-compact-retain-revisions', 'number', 'revision mode: revisions kept behind the current one'),
   flag('auto-compact-interval', 'string', 'revision mode: how often to compact (default 5m, as etcd)'),
+  flag('client-tls-cert', 'string', 'PEM certificate (chain) of the client port; with --client-tls-key the port speaks TLS only (re-read when the file changes)'),
+  flag('client-tls-key', 'string', 'PEM private key of --client-tls-cert'),
+  flag('client-tls-ca', 'string', 'PEM CA bundle; clients must present a certificate it signed (mutual TLS)'),
 ];
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -77,6 +81,9 @@ export interface Config {
   autoCompactSampleInterval?: string;
   autoCompactRetainRevisions?: number;
   autoCompactInterval?: string;
+  clientTlsCert?: string;
+  clientTlsKey?: string;
+  clientTlsCa?: string;
 }
 
 function camel(flag: string): string {
@@ -118,6 +125,8 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   }
   parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval');
   autoCompact(cfg);
+  const tlsFiles = clientTlsFiles(cfg);
+  if (tlsFiles) Object.assign(cfg, { clientTlsCert: tlsFiles.cert, clientTlsKey: tlsFiles.key, clientTlsCa: tlsFiles.ca });
   return cfg;
 }
 
