@@ -17,6 +17,7 @@ import zlib from 'node:zlib';
 import { EventEmitter } from 'node:events';
 import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
 import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from './client-tls.js';
+import { routeConnection } from './authority.js';
 
 /** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
 export interface StatusLike {
@@ -376,6 +377,8 @@ export class GrpcServer {
   /** The connection being handed to `h2` (its 'session' event fires synchronously). */
   private accepting: net.Socket | undefined;
   private readonly handshakeLog: RateLimitedLog | undefined;
+  /** Connections not yet handed to `h2` (routeConnection's abandon functions). */
+  private readonly looking = new Set<() => void>();
 
   constructor(private readonly opts: ServerOptions) {
     this.h2 = http2.createServer({
@@ -465,14 +468,21 @@ export class GrpcServer {
     return server;
   }
 
-  /** Hands a connection (plaintext or TLS after its handshake) to the HTTP/2 server. */
+  /**
+   * A connection (plaintext, or TLS after its handshake) goes to the HTTP/2 server once its
+   * first request showed whether its :authority needs rewriting (authority.ts).
+   */
   private accept(socket: net.Socket): void {
-    this.accepting = socket;
-    try {
-      this.h2.emit('connection', socket);
-    } finally {
-      this.accepting = undefined;
-    }
+    const abandon = routeConnection(socket, (transport) => {
+      this.looking.delete(abandon);
+      this.accepting = socket;
+      try {
+        this.h2.emit('connection', transport);
+      } finally {
+        this.accepting = undefined;
+      }
+    });
+    this.looking.add(abandon);
   }
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */
@@ -490,6 +500,8 @@ export class GrpcServer {
       // net.Server.close calls back once every connection, so every session, has ended.
       if (this.listener?.listening) this.listener.close(done);
       else done();
+      for (const abandon of this.looking) abandon();
+      this.looking.clear();
       for (const s of this.sessions) s.close();
     });
   }
