@@ -165,6 +165,11 @@ export function routeConnection(socket: net.Socket, handOver: (transport: net.So
     const frames: Frame[] = [];
     const rest = readFrames(pending, 0, frames);
     pending = pending.subarray(rest);
+    // Not HTTP/2 as a client speaks it (the first frame is SETTINGS; no frame is longer than
+    // the default maximum until the server allows more): nghttp2 refuses it at once.
+    const next = pending.length >= FRAME_HEADER ? pending.readUIntBE(0, 3) : 0;
+    const first = frames[0] ?? (pending.length >= FRAME_HEADER ? { type: pending[3] } : undefined);
+    if (next > MAX_FRAME || (!settingsSent && first && first.type !== T_SETTINGS)) return finish(false);
     for (const f of frames) {
       if (f.type === T_SETTINGS && f.flags & F_ACK && settingsSent && !ackDropped) {
         ackDropped = true; // the ACK of our settings: nghttp2 sent none
