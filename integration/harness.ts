@@ -263,7 +263,7 @@ function describeExit(info: ExitInfo): string {
  * probe, short deadline, backoff 25 ms doubling to 500 ms), the process exits (reject),
  * or `deadlineMs` passes (reject).
  */
-async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what: string, output: () => string): Promise<void> {
+async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what: string, output: () => string, tls?: ClientTls): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   let delay = 25;
   let lastError = 'no attempt made';
@@ -272,7 +272,7 @@ async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what:
   });
   exitedFirst.catch(() => {}); // handled via the races below
   while (Date.now() < deadline) {
-    const probe = new Etcd3({ hosts: `http://${endpoint}`, dialTimeout: 1000 });
+    const probe = new Etcd3({ hosts: `${tls ? 'https' : 'http'}://${endpoint}`, dialTimeout: 1000, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
     try {
       await Promise.race([
         probe.maintenance.status({ deadline: Date.now() + Math.min(2000, Math.max(100, deadline - Date.now())) }),
@@ -305,6 +305,27 @@ async function waitReady(endpoint: string, proc: Proc, deadlineMs: number, what:
 
 function looksLikePortClash(output: string): boolean {
   return /address already in use|EADDRINUSE/i.test(output);
+}
+
+// ---------------------------------------------------------------- TLS
+
+/** A client's TLS material, PEM: the CA it trusts, and a certificate for mutual TLS. */
+export interface ClientTls {
+  ca: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+}
+
+/** The etcd3 client's `credentials` for `tls`. */
+export function etcd3Credentials(tls: ClientTls): { rootCertificate: Buffer; certChain?: Buffer; privateKey?: Buffer } {
+  return { rootCertificate: tls.ca, ...(tls.cert && tls.key ? { certChain: tls.cert, privateKey: tls.key } : {}) };
+}
+
+/** A server's TLS files (paths): its certificate and key, and the CA of its clients (mTLS). */
+export interface ServerTlsFiles {
+  cert: string;
+  key: string;
+  clientCa?: string;
 }
 
 // ---------------------------------------------------------------- other servers
@@ -352,7 +373,7 @@ export interface EtcdNode {
 let etcdSeq = 0;
 
 /** Start a single-member /usr/bin/etcd on free 127.0.0.1 ports with its own temp data dir. */
-export async function startEtcd(t: Ctx, extraArgs: string[] = []): Promise<EtcdNode> {
+export async function startEtcd(t: Ctx, extraArgs: string[] = [], opts: { tls?: ServerTlsFiles; probe?: ClientTls } = {}): Promise<EtcdNode> {
   const dataDir = await tempDir(t, 'kvs-etcd-');
   for (let attempt = 1; ; attempt++) {
     const [clientPort, peerPort] = (await freePorts(2)) as [number, number];
@@ -361,7 +382,7 @@ export async function startEtcd(t: Ctx, extraArgs: string[] = []): Promise<EtcdN
     const out = new TailBuffer(64 * 1024);
     const proc = await launch(
       ETCD_BIN,
-      [...etcdArgs(name, dataDir, clientPort, peerPort), ...extraArgs],
+      [...etcdArgs(name, dataDir, clientPort, peerPort), ...(opts.tls ? etcdTlsArgs(clientPort, opts.tls) : []), ...extraArgs],
       // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
       { env: cleanEnv(undefined, (k) => k.startsWith('ETCD')), detached: false, out },
     );
@@ -370,7 +391,7 @@ export async function startEtcd(t: Ctx, extraArgs: string[] = []): Promise<EtcdN
     };
     onCleanup(t, stop);
     try {
-      await waitReady(endpoint, proc, 20_000, 'etcd', () => out.toString());
+      await waitReady(endpoint, proc, 20_000, 'etcd', () => out.toString(), opts.probe);
     } catch (err) {
       await stop();
       if (attempt < 3 && looksLikePortClash(out.toString())) {
@@ -384,6 +405,18 @@ export async function startEtcd(t: Ctx, extraArgs: string[] = []): Promise<EtcdN
   }
 }
 
+/** etcd's flags for a TLS client port (they override etcdArgs' http URLs: the last flag wins). */
+function etcdTlsArgs(clientPort: number, tls: ServerTlsFiles): string[] {
+  const url = `https://127.0.0.1:${clientPort}`;
+  return [
+    `--listen-client-urls=${url}`,
+    `--advertise-client-urls=${url}`,
+    `--cert-file=${tls.cert}`,
+    `--key-file=${tls.key}`,
+    ...(tls.clientCa ? [`--trusted-ca-file=${tls.clientCa}`, '--client-cert-auth'] : []),
+  ];
+}
+
 // ---------------------------------------------------------------- kvs
 
 export interface KvsOptions {
@@ -395,6 +428,8 @@ export interface KvsOptions {
   dataDir?: string;
   /** Run with an object store (adds --s3-endpoint, --s3-bucket, --s3-prefix). */
   objectStore?: ObjectStoreSpec;
+  /** The client port speaks TLS: the readiness probe connects with this. */
+  probe?: ClientTls;
 }
 
 /** Where a node keeps its objects: a `file://` directory, or an S3 endpoint. */
@@ -453,7 +488,7 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
       proc = p;
       onCleanup(t, () => terminate(p, 'SIGTERM', 15_000));
       try {
-        await waitReady(`127.0.0.1:${port}`, p, 30_000, 'kvs', () => out.toString());
+        await waitReady(`127.0.0.1:${port}`, p, 30_000, 'kvs', () => out.toString(), opts.probe);
         return;
       } catch (err) {
         await terminate(p, 'SIGTERM', 5_000);
@@ -588,9 +623,13 @@ export async function startEtcdctl(t: Ctx, endpoint: string, args: string[]): Pr
   };
 }
 
-/** An etcd3 client for `endpoint` ('127.0.0.1:PORT' or a URL), closed when `t` finishes. */
-export function client(t: Ctx, endpoint: string): Etcd3 {
-  const c = new Etcd3({ hosts: /^https?:\/\//.test(endpoint) ? endpoint : `http://${endpoint}` });
+/**
+ * An etcd3 client for `endpoint` ('127.0.0.1:PORT' or a URL), closed when `t` finishes. With
+ * `tls`, a bare endpoint is https.
+ */
+export function client(t: Ctx, endpoint: string, tls?: ClientTls): Etcd3 {
+  const hosts = /^https?:\/\//.test(endpoint) ? endpoint : `${tls ? 'https' : 'http'}://${endpoint}`;
+  const c = new Etcd3({ hosts, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
   onCleanup(t, () => c.close());
   return c;
 }

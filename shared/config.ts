@@ -2,6 +2,7 @@
 // KVS_* environment variable. Precedence: command line, then environment, then default.
 import path from 'node:path';
 import { parseDuration } from './duration.js';
+import { clientTlsFiles } from './grpc/client-tls.js';
 
 export interface FlagSpec {
   flag: string;
@@ -49,6 +50,9 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('token-ttl', 'number', 'Lifetime of simple auth tokens in seconds, renewed while in use (etcd\'s --auth-token-ttl)', '300'),
   flag('bcrypt-cost', 'number', 'bcrypt cost of stored password hashes (4-31)', '10'),
   flag('auth-token', 'string', 'Token type: simple (etcd\'s --auth-token; jwt is not supported yet)', 'simple'),
+  flag('client-tls-cert', 'string', 'PEM certificate (chain) of the client port; with --client-tls-key the port speaks TLS only (re-read when the file changes)'),
+  flag('client-tls-key', 'string', 'PEM private key of --client-tls-cert'),
+  flag('client-tls-ca', 'string', 'PEM CA bundle; clients must present a certificate it signed (mutual TLS)'),
 ];
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -85,6 +89,9 @@ export interface Config {
   tokenTtl: number;
   bcryptCost: number;
   authToken: string;
+  clientTlsCert?: string;
+  clientTlsKey?: string;
+  clientTlsCa?: string;
 }
 
 function camel(flag: string): string {
@@ -131,6 +138,8 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   if (cfg.authToken !== 'simple') {
     throw new Error(`--auth-token ${cfg.authToken.split(',')[0]} is not supported: kvs issues etcd's simple tokens only (--auth-token simple)`);
   }
+  const tlsFiles = clientTlsFiles(cfg);
+  if (tlsFiles) Object.assign(cfg, { clientTlsCert: tlsFiles.cert, clientTlsKey: tlsFiles.key, clientTlsCa: tlsFiles.ca });
   return cfg;
 }
 

@@ -6,6 +6,7 @@ import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { OpenStreams } from '../../shared/grpc/server.js';
 import { GrpcServer } from '../../shared/grpc/http2-server.js';
+import { clientTlsFiles } from '../../shared/grpc/client-tls.js';
 import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
@@ -34,7 +35,8 @@ export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
   const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
-  const node = new NodeInfo(db, cfg.nodeId, [`http://${cfg.listen}`]);
+  const tls = clientTlsFiles(cfg);
+  const node = new NodeInfo(db, cfg.nodeId, [`${tls ? 'https' : 'http'}://${cfg.listen}`]);
   removeStaleSnapshots(cfg.dataDir);
   const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
   const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
@@ -53,7 +55,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
   // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
-  const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES });
+  const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES, tls, log });
   // With auth enabled every service checks its caller (services/gateway/auth).
   const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });
   for (const { def, impl } of [
@@ -82,6 +84,6 @@ export async function runGateway(cfg: Config): Promise<void> {
       await db.env.close();
     },
   });
-  log.info({ listen: cfg.listen }, `serving etcd v3 clients on ${cfg.listen}`);
+  log.info({ listen: cfg.listen, tls: tls ? (tls.ca ? 'mutual' : 'server') : 'off' }, `serving etcd v3 clients on ${node.clientUrls[0]}`);
   signalReady({ listen: cfg.listen });
 }

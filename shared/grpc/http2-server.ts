@@ -11,9 +11,13 @@
 // written as for grpc-js: `call.request`, `cb(err, res)`, `write`/`end`, `'data'`/`'end'`/
 // `'cancelled'`/`'close'`/`'drain'` events and `emit('error', status)` to fail a stream.
 import http2 from 'node:http2';
+import net from 'node:net';
+import tls from 'node:tls';
 import zlib from 'node:zlib';
 import { EventEmitter } from 'node:events';
 import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
+import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from './client-tls.js';
+import { routeConnection } from './authority.js';
 
 /** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
 export interface StatusLike {
@@ -27,7 +31,25 @@ export type UnaryCallback<Res> = (err: StatusLike | null | undefined, value?: Re
 export interface ServerOptions {
   /** The largest request message accepted (grpc's max receive message length). */
   maxReceiveMessageLength: number;
+  /** Serve TLS only (h2 by ALPN), from these files, re-read when they change. */
+  tls?: ClientTlsFiles;
+  /** Where failed handshakes and certificate reloads are reported (one line each). */
+  log?: ServerLog;
 }
+
+/** The part of a pino logger the server uses. */
+export interface ServerLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/** What a session knows of its connection (the TLS socket under it, whatever wraps it). */
+interface Peer {
+  socket: net.Socket;
+  commonName?: string | null;
+}
+const PEER = Symbol('kvs.peer');
+type PeerSession = http2.ServerHttp2Session & { [PEER]?: Peer };
 
 const {
   HTTP2_HEADER_PATH,
@@ -133,8 +155,25 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   }
 
   getPeer(): string {
-    const s = this.stream.session?.socket;
+    const s = (this.stream.session as PeerSession | undefined)?.[PEER]?.socket;
     return s ? `${s.remoteAddress}:${s.remotePort}` : 'unknown';
+  }
+
+  /**
+   * The Common Name of the client certificate verified in the TLS handshake (mutual TLS), or
+   * undefined without one (plaintext, or TLS without --client-tls-ca).
+   */
+  get peerCommonName(): string | undefined {
+    const peer = (this.stream.session as PeerSession | undefined)?.[PEER];
+    if (!peer) return undefined;
+    if (peer.commonName === undefined) {
+      const s = peer.socket as tls.TLSSocket;
+      const cert = s.encrypted && s.authorized ? s.getPeerCertificate() : undefined;
+      // A subject with several CNs: Go's x509 (so etcd) keeps the last one.
+      const cn = cert?.subject?.CN as string | string[] | undefined;
+      peer.commonName = (Array.isArray(cn) ? cn[cn.length - 1] : cn) || null;
+    }
+    return peer.commonName ?? undefined;
   }
 
   get writable(): boolean {
@@ -331,11 +370,18 @@ class MessageReader {
 export class GrpcServer {
   private readonly routes = new Map<string, Route>();
   private readonly services = new Set<string>();
-  private readonly server: http2.Http2Server;
+  /** Makes the HTTP/2 sessions; it never listens itself: `listener` hands it each connection. */
+  private readonly h2: http2.Http2Server;
+  private listener: net.Server | undefined;
   private readonly sessions = new Set<http2.ServerHttp2Session>();
+  /** The connection being handed to `h2` (its 'session' event fires synchronously). */
+  private accepting: net.Socket | undefined;
+  private readonly handshakeLog: RateLimitedLog | undefined;
+  /** Connections not yet handed to `h2` (routeConnection's abandon functions). */
+  private readonly looking = new Set<() => void>();
 
   constructor(private readonly opts: ServerOptions) {
-    this.server = http2.createServer({
+    this.h2 = http2.createServer({
       // Streams are bounded by flow control, not by a count; etcd's (grpc-go's) default is
       // unlimited too. Watch fan-out and keep-alives keep many streams open per connection.
       settings: { maxConcurrentStreams: 2 ** 31 - 1 },
@@ -343,13 +389,20 @@ export class GrpcServer {
       // would reset busy sessions with ENHANCE_YOUR_CALM.
       maxSessionMemory: 256,
     });
-    this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
-    this.server.on('session', (session) => {
+    this.h2.on('stream', (stream, headers) => this.onStream(stream, headers));
+    this.h2.on('session', (session: PeerSession) => {
+      session[PEER] = { socket: this.accepting ?? (session.socket as net.Socket) };
       this.sessions.add(session);
       session.on('close', () => this.sessions.delete(session));
       // A client that breaks the connection is that client's problem; the server goes on.
       session.on('error', () => {});
     });
+    // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
+    this.h2.on('unknownProtocol', (socket: tls.TLSSocket) => {
+      this.handshakeLog?.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, alpn: socket.alpnProtocol }, 'client TLS connection refused: it did not negotiate HTTP/2 (ALPN h2)');
+      socket.destroy();
+    });
+    if (opts.log) this.handshakeLog = new RateLimitedLog(opts.log);
   }
 
   addService(def: ServiceDefinition, impl: Record<string, unknown>): void {
@@ -367,14 +420,69 @@ export class GrpcServer {
     const m = /^(?:\[(.*)\]|(.*)):(\d+)$/.exec(address);
     if (!m) return Promise.reject(new Error(`cannot listen on ${address}: expected host:port`));
     const host = m[1] ?? m[2];
+    const listener = (this.listener = this.opts.tls ? this.tlsListener(this.opts.tls) : net.createServer((socket) => this.accept(socket)));
     return new Promise((resolve, reject) => {
       const onError = (err: Error) => reject(new Error(`cannot listen on ${address}: ${err.message}`));
-      this.server.once('error', onError);
-      this.server.listen(Number(m[3]), host, () => {
-        this.server.off('error', onError);
-        resolve((this.server.address() as { port: number }).port);
+      listener.once('error', onError);
+      listener.listen(Number(m[3]), host, () => {
+        listener.off('error', onError);
+        resolve((listener.address() as { port: number }).port);
       });
     });
+  }
+
+  private tlsListener(files: ClientTlsFiles): tls.Server {
+    const server = tls.createServer(secureContextOptions(files));
+    const log = this.opts.log;
+    const watch = new TlsFileWatch(
+      files,
+      (opts) => server.setSecureContext(opts),
+      (err) => log?.warn({ err: err.message }, 'client TLS files changed but do not load; still serving the previous certificate'),
+      () => log?.info({ cert: files.cert }, 'client TLS certificate reloaded'),
+    );
+    // Connections whose handshake ended either way; node closes the others silently.
+    const settled = new WeakSet<net.Socket>();
+    const peerOf = (s: net.Socket) => `${s.remoteAddress}:${s.remotePort}`;
+    server.prependListener('connection', (raw: net.Socket) => {
+      void raw.remoteAddress; // node caches it: a failed handshake is reported with it after the socket is gone
+      // Before the TLS socket is made (tls.Server's own 'connection' listener): a handshake
+      // always gets the certificate the files hold now.
+      watch.check();
+      if (!files.ca) return;
+      // Node refuses a client certificate that does not verify (expired, another CA) by closing
+      // the connection after the handshake, with no alert and no event; only this says so.
+      raw.once('close', () => {
+        if (!settled.has(raw)) this.handshakeLog?.warn({ peer: peerOf(raw) }, 'client TLS handshake failed: client certificate refused (expired, not yet valid, or not signed by --client-tls-ca)');
+      });
+    });
+    server.on('secureConnection', (socket: tls.TLSSocket & { _parent?: net.Socket }) => {
+      if (socket._parent) settled.add(socket._parent);
+      this.accept(socket);
+    });
+    server.on('tlsClientError', (err: Error & { code?: string; reason?: string }, socket: tls.TLSSocket & { _parent?: net.Socket }) => {
+      const s = socket._parent ?? socket;
+      settled.add(s);
+      // OpenSSL's reason ("peer did not return a certificate"), not its multi-part message.
+      this.handshakeLog?.warn({ peer: peerOf(s), code: err.code }, `client TLS handshake failed: ${err.reason ?? err.message}`);
+    });
+    return server;
+  }
+
+  /**
+   * A connection (plaintext, or TLS after its handshake) goes to the HTTP/2 server once its
+   * first request showed whether its :authority needs rewriting (authority.ts).
+   */
+  private accept(socket: net.Socket): void {
+    const abandon = routeConnection(socket, (transport) => {
+      this.looking.delete(abandon);
+      this.accepting = socket;
+      try {
+        this.h2.emit('connection', transport);
+      } finally {
+        this.accepting = undefined;
+      }
+    });
+    this.looking.add(abandon);
   }
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */
@@ -385,10 +493,15 @@ export class GrpcServer {
         resolve();
       }, graceMs);
       timer.unref();
-      this.server.close(() => {
+      const done = () => {
         clearTimeout(timer);
         resolve();
-      });
+      };
+      // net.Server.close calls back once every connection, so every session, has ended.
+      if (this.listener?.listening) this.listener.close(done);
+      else done();
+      for (const abandon of this.looking) abandon();
+      this.looking.clear();
       for (const s of this.sessions) s.close();
     });
   }
@@ -510,3 +623,29 @@ const INFLATE: Record<string, (b: Buffer, max: number) => Buffer> = {
   gzip: (b, max) => zlib.gunzipSync(b, { maxOutputLength: max + 1 }),
   deflate: (b, max) => zlib.inflateSync(b, { maxOutputLength: max + 1 }),
 };
+
+/**
+ * One line per event, but a flood (a scanner, a misconfigured fleet) must not flood the log: a
+ * token bucket lets bursts of 20 through and then one line a second; the next line written
+ * says how many were left out.
+ */
+class RateLimitedLog {
+  private tokens = 20;
+  private last = Date.now();
+  private dropped = 0;
+  constructor(private readonly log: ServerLog) {}
+
+  warn(obj: Record<string, unknown>, msg: string): void {
+    const now = Date.now();
+    this.tokens = Math.min(20, this.tokens + (now - this.last) / 1000);
+    this.last = now;
+    if (this.tokens < 1) {
+      this.dropped++;
+      return;
+    }
+    this.tokens--;
+    if (this.dropped) obj = { ...obj, suppressed: this.dropped };
+    this.dropped = 0;
+    this.log.warn(obj, msg);
+  }
+}
