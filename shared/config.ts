@@ -53,6 +53,18 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('client-tls-cert', 'string', 'PEM certificate (chain) of the client port; with --client-tls-key the port speaks TLS only (re-read when the file changes)'),
   flag('client-tls-key', 'string', 'PEM private key of --client-tls-cert'),
   flag('client-tls-ca', 'string', 'PEM CA bundle; clients must present a certificate it signed (mutual TLS)'),
+  flag('advertise-client', 'string', 'Client URL other nodes and member list show for this node (default: from --listen)'),
+  // Cluster mode (docs/cluster.md): on when --peer-listen is given.
+  flag('peer-listen', 'string', 'Peer listen address, host:port; turns on cluster mode (needs --s3-bucket and a unique --node-id)'),
+  flag('advertise-peer', 'string', 'Peer address the other nodes dial, host:port (default: --peer-listen unless it is a wildcard address)'),
+  flag('follower-max-retries', 'number', 'Consecutive stream failures before a follower checks the leader lock', '5'),
+  flag('follower-retry-interval', 'string', 'Time between a follower\'s attempts to reach its leader', '2s'),
+  flag('leader-liveness-ttl', 'string', 'How long a follower must see the leader lock unchanged before it takes over (LeaderLivenessTTL)', '6s'),
+  flag('leader-watch-interval-sec', 'number', 'Seconds between a leader\'s re-checks of its lock while every follower is connected', '300'),
+  flag('peer-buffer-size', 'number', 'Recent WAL entries a leader keeps in memory for followers catching up', '10000'),
+  flag('peer-tls-ca', 'string', 'PEM CA of peer mutual TLS (with --peer-tls-cert and --peer-tls-key; TLS 1.3 only)'),
+  flag('peer-tls-cert', 'string', 'PEM certificate of this node on the peer port (server and client)'),
+  flag('peer-tls-key', 'string', 'PEM private key of --peer-tls-cert'),
 ];
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -92,6 +104,17 @@ export interface Config {
   clientTlsCert?: string;
   clientTlsKey?: string;
   clientTlsCa?: string;
+  advertiseClient?: string;
+  peerListen?: string;
+  advertisePeer?: string;
+  followerMaxRetries: number;
+  followerRetryInterval: string;
+  leaderLivenessTtl: string;
+  leaderWatchIntervalSec: number;
+  peerBufferSize: number;
+  peerTlsCa?: string;
+  peerTlsCert?: string;
+  peerTlsKey?: string;
 }
 
 function camel(flag: string): string {
@@ -140,7 +163,49 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   }
   const tlsFiles = clientTlsFiles(cfg);
   if (tlsFiles) Object.assign(cfg, { clientTlsCert: tlsFiles.cert, clientTlsKey: tlsFiles.key, clientTlsCa: tlsFiles.ca });
+  checkCluster(cfg);
   return cfg;
+}
+
+/** Cluster mode: on when --peer-listen is given. */
+export function clusterMode(cfg: Pick<Config, 'peerListen'>): boolean {
+  return cfg.peerListen !== undefined && cfg.peerListen !== '';
+}
+
+const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '']);
+
+function checkCluster(cfg: Config): void {
+  parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');
+  parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
+  if (cfg.followerMaxRetries < 1) throw new Error(`--follower-max-retries must be at least 1, got ${cfg.followerMaxRetries}`);
+  if (cfg.leaderWatchIntervalSec < 1) throw new Error(`--leader-watch-interval-sec must be at least 1, got ${cfg.leaderWatchIntervalSec}`);
+  if (cfg.peerBufferSize < 1) throw new Error(`--peer-buffer-size must be at least 1, got ${cfg.peerBufferSize}`);
+  const peerTls = [cfg.peerTlsCa, cfg.peerTlsCert, cfg.peerTlsKey].filter((v) => v !== undefined && v !== '').length;
+  if (peerTls !== 0 && peerTls !== 3) throw new Error('peer TLS needs all three of --peer-tls-ca, --peer-tls-cert and --peer-tls-key');
+  if (cfg.advertiseClient !== undefined && !/^https?:\/\/[^/]+$/.test(cfg.advertiseClient)) {
+    throw new Error(`--advertise-client must be a URL such as http://10.0.0.1:3379, got "${cfg.advertiseClient}"`);
+  }
+  if (!clusterMode(cfg)) {
+    if (cfg.advertisePeer) throw new Error('--advertise-peer needs --peer-listen (cluster mode)');
+    return;
+  }
+  checkHostPort('peer-listen', cfg.peerListen!);
+  if (!cfg.s3Bucket) throw new Error('cluster mode (--peer-listen) needs --s3-bucket: the nodes elect their leader through the object store');
+  if (cfg.nodeId === 'default') throw new Error('cluster mode (--peer-listen) needs a --node-id unique to this node');
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(cfg.nodeId)) throw new Error(`--node-id must be 1-64 letters, digits, '.', '_' or '-', got "${cfg.nodeId}"`);
+  if (!cfg.advertisePeer) {
+    const [host] = splitHostPort(cfg.peerListen!)!;
+    if (WILDCARD_HOSTS.has(host)) throw new Error(`--peer-listen ${cfg.peerListen} is a wildcard address: give --advertise-peer, the address other nodes dial`);
+    cfg.advertisePeer = cfg.peerListen;
+  }
+  checkHostPort("advertise-peer", cfg.advertisePeer!);
+  const [advHost] = splitHostPort(cfg.advertisePeer!)!;
+  if (WILDCARD_HOSTS.has(advHost)) throw new Error(`--advertise-peer must be an address other nodes can dial, not ${cfg.advertisePeer}`);
+}
+
+/** The client URL a node shows (member list, the leader lock). */
+export function clientUrl(cfg: Pick<Config, 'advertiseClient' | 'listen' | 'clientTlsCert'>): string {
+  return cfg.advertiseClient ?? `${cfg.clientTlsCert ? 'https' : 'http'}://${cfg.listen}`;
 }
 
 /** host:port or [v6]:port as [host, port], or undefined when malformed. */

@@ -25,6 +25,8 @@ export const Errors = {
   leaseTTLTooLarge: e(status.OUT_OF_RANGE, 'etcdserver: too large lease TTL'),
   memberNotLearner: e(status.FAILED_PRECONDITION, 'etcdserver: can only promote a learner member'),
   notCapable: e(status.UNAVAILABLE, 'etcdserver: not capable'),
+  // Cluster mode: no leader is reachable (electing, partitioned). Clients retry on UNAVAILABLE.
+  noLeader: e(status.UNAVAILABLE, 'etcdserver: no leader'),
   // kvs's own, where etcd has no equivalent
   keyTooLong: (max: number) =>
     e(status.INVALID_ARGUMENT, `kvs: key is longer than ${max} bytes (the embedded database's key size limit)`),

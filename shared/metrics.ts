@@ -7,7 +7,7 @@
 import client from 'prom-client';
 import { METRIC_OPS, type MetricOp } from './mvcc/write-kind.js';
 
-export type Owner = 'supervisor' | 'storage' | 'gateway' | 'archiver';
+export type Owner = 'supervisor' | 'storage' | 'gateway' | 'archiver' | 'peer';
 
 const owned = new Map<Owner, client.Metric[]>();
 function own<M extends client.Metric>(owner: Owner, m: M): M {
@@ -50,12 +50,12 @@ export const watchScanEntriesTotal = own('gateway', new client.Counter({ name: '
 export const authAttemptsTotal = own('gateway', new client.Counter({ name: 'kvs_auth_attempts_total', help: 'Authenticate outcomes: success, fail, locked', labelNames: ['result'] as const, registers: [] }));
 
 // ---- supervisor: the node's role. Cluster mode (the peer component) takes these over.
-export const role = own('supervisor', new client.Gauge({ name: 'kvs_role', help: '1 for the active role (leader, follower, single)', labelNames: ['role'] as const, registers: [] }));
-export const replicationDegraded = own('supervisor', new client.Gauge({ name: 'kvs_replication_degraded', help: '1 while the leader flushes each batch to the object store for lack of follower ACKs', registers: [] }));
-export const electionsTotal = own('supervisor', new client.Counter({ name: 'kvs_elections_total', help: 'Leader elections, by outcome (won, lost)', labelNames: ['outcome'] as const, registers: [] }));
-export const forwardedWritesTotal = own('supervisor', new client.Counter({ name: 'kvs_forwarded_writes_total', help: 'Writes forwarded from a follower to the leader, by op', ...opLabel, registers: [] }));
-export const forwardDuration = own('supervisor', new client.Histogram({ name: 'kvs_forward_duration_seconds', help: 'Forwarded write round trip, by op', ...opLabel, buckets: LATENCY, registers: [] }));
-export const followerResyncsTotal = own('supervisor', new client.Counter({ name: 'kvs_follower_resyncs_total', help: 'Full follower resyncs, by reason (behind_leader_start, ring_buffer_miss, stream_gap)', labelNames: ['reason'] as const, registers: [] }));
+export const role = own('peer', new client.Gauge({ name: 'kvs_role', help: '1 for the active role (leader, follower, single)', labelNames: ['role'] as const, registers: [] }));
+export const replicationDegraded = own('peer', new client.Gauge({ name: 'kvs_replication_degraded', help: '1 while the leader flushes each batch to the object store for lack of follower ACKs', registers: [] }));
+export const electionsTotal = own('peer', new client.Counter({ name: 'kvs_elections_total', help: 'Leader elections, by outcome (won, lost)', labelNames: ['outcome'] as const, registers: [] }));
+export const forwardedWritesTotal = own('peer', new client.Counter({ name: 'kvs_forwarded_writes_total', help: 'Writes forwarded from a follower to the leader, by op', ...opLabel, registers: [] }));
+export const forwardDuration = own('peer', new client.Histogram({ name: 'kvs_forward_duration_seconds', help: 'Forwarded write round trip, by op', ...opLabel, buckets: LATENCY, registers: [] }));
+export const followerResyncsTotal = own('peer', new client.Counter({ name: 'kvs_follower_resyncs_total', help: 'Full follower resyncs, by reason (behind_leader_start, ring_buffer_miss, stream_gap)', labelNames: ['reason'] as const, registers: [] }));
 
 /**
  * Label values known in advance are set to 0, so every series a dashboard plots exists from

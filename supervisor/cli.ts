@@ -52,6 +52,8 @@ withRunFlags(
           return await (await import('../services/gateway/main.js')).runGateway(cfg);
         case 'archiver':
           return await (await import('../services/archiver/main.js')).runArchiver(cfg);
+        case 'peer':
+          return await (await import('../services/peer/main.js')).runPeer(cfg);
         default:
           fail(`unknown component "${name}"; components: ${COMPONENTS.join(', ')}`);
       }

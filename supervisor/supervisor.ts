@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Config } from '../shared/config.js';
-import { configArgs, socketPath } from '../shared/config.js';
+import { clusterMode, configArgs, socketPath } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { service } from '../shared/proto/index.js';
 import { bindUnix, shutdown } from '../shared/grpc/server.js';
@@ -19,8 +19,9 @@ const METRICS_TIMEOUT_MS = 2000;
 /**
  * Start order; stop order is the reverse. The archiver (only with an object store) comes
  * first: it restores the data directory before storage opens it, and storage uploads through it.
+ * The peer agent (cluster mode only) comes before storage, which takes its role from it.
  */
-export const COMPONENTS = ['archiver', 'storage', 'gateway'] as const;
+export const COMPONENTS = ['archiver', 'peer', 'storage', 'gateway'] as const;
 
 export class Supervisor {
   readonly components: Component[];
@@ -35,8 +36,11 @@ export class Supervisor {
   constructor(private readonly cfg: Config) {
     this.log = createLogger('supervisor', cfg.logLevel, cfg.logFormat);
     const args = configArgs(cfg);
-    this.components = COMPONENTS.filter((name) => name !== 'archiver' || cfg.s3Bucket).map((name) => new Component(name, args, this.log));
-    this.registry = M.processRegistry('supervisor', cfg.s3Bucket ? [] : ['archiver']);
+    const cluster = clusterMode(cfg);
+    this.components = COMPONENTS.filter((name) => (name !== 'archiver' || cfg.s3Bucket) && (name !== 'peer' || cluster)).map((name) => new Component(name, args, this.log));
+    // Owners without a process on this node are exported by the supervisor (at zero, or `single`).
+    this.registry = M.processRegistry('supervisor', [...(cfg.s3Bucket ? [] : ['archiver' as const]), ...(cluster ? [] : ['peer' as const])]);
+    if (!cluster) M.role.set({ role: 'single' }, 1);
   }
 
   get(name: string): Component | undefined {
@@ -66,7 +70,10 @@ export class Supervisor {
     this.stopping ??= (async () => {
       this.log.info({ why }, 'stopping kvs');
       for (const c of this.components) c.release();
-      for (const c of [...this.components].reverse()) await c.stop();
+      // A leader hands over first (its followers catch up, one takes the lock at once) while its
+      // storage still runs; then the rest in reverse start order.
+      const order = [...this.components].reverse().sort((a, b) => Number(b.name === 'peer') - Number(a.name === 'peer'));
+      for (const c of order) await c.stop();
       if (this.control) await shutdown(this.control, 1000);
       this.http?.closeAllConnections();
       this.http?.close();
@@ -107,8 +114,6 @@ export class Supervisor {
   }
 
   private async serveObservability(addr: string): Promise<void> {
-    // A single node; the cluster's peer component will own the role.
-    M.role.set({ role: 'single' }, 1);
     try {
       this.http = await serveHttp(addr, { metrics: () => this.metrics(), health: () => this.health(), ready: () => this.readiness() }, (err) =>
         this.log.error({ err: err.message }, 'metrics endpoint error'),

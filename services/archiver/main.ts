@@ -7,7 +7,8 @@ import net from 'node:net';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
-import { socketPath } from '../../shared/config.js';
+import { clusterMode, socketPath } from '../../shared/config.js';
+import { LeaderRole } from './role.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import { service } from '../../shared/proto/index.js';
@@ -73,7 +74,10 @@ export async function runArchiver(cfg: Config): Promise<void> {
     storedPosition,
   );
 
-  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix);
+  // Cluster mode: checkpoints on the leader only, under its term.
+  const role = clusterMode(cfg) ? new LeaderRole(socketPath(cfg.dataDir, 'peer')) : undefined;
+  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? SINGLE_NODE_TERM);
+  const mayCheckpoint = () => !role || role.leading;
   checkpoints.onWritten = (l) => {
     latest = l;
     uploader.checkpointIndex = Math.max(uploader.checkpointIndex, l.appliedIndex);
@@ -88,7 +92,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
   // whose first checkpoint never happened): checkpoint it before storage uploads its WAL, so
   // that the uploaded WAL continues from a checkpoint instead of missing its beginning.
   // (Not when the archiver restarts alone: the node runs, the periodic checkpoint does it.)
-  if (!latest && !storageRunning && fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
+  if (!latest && !role && !storageRunning && fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
     reportState('first checkpoint of the existing database');
     const r = await checkpoints.run();
     // Its WAL before the checkpoint may be gone locally; the uploaded WAL starts after it.
@@ -121,7 +125,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
 
   // Periodic checkpoints; the first one soon when the prefix has none yet (so that a restore
   // needs no WAL from index 1, and a branch stands on its own).
-  const timer = setInterval(() => void checkpoints.run().catch(() => {}), intervalMs);
+  const timer = setInterval(() => mayCheckpoint() && void checkpoints.run().catch(() => {}), intervalMs);
   timer.unref();
   const status = setInterval(() => reportState(describe()), 2000);
   status.unref();
@@ -130,7 +134,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
     const tryFirst = () => {
       first = undefined;
       if (latest) return;
-      if (!fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
+      if (!fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb')) || !mayCheckpoint()) {
         first = setTimeout(tryFirst, 1000);
         return;
       }
@@ -144,6 +148,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
 
   installLifecycle(log, {
     async stop() {
+      role?.close();
       clearInterval(timer);
       clearInterval(status);
       if (first) clearTimeout(first);
@@ -177,6 +182,7 @@ class Checkpoints {
     /** Set on a branch's data directory: its first checkpoint reuses the source's pieces. */
     private readonly branch: { sourcePrefix: string; checkpoint: string } | undefined,
     private readonly openPrefix: (prefix: string) => Promise<ObjectStore>,
+    private readonly term: () => number,
   ) {}
 
   run(): Promise<CheckpointResult> {
@@ -194,7 +200,7 @@ class Checkpoints {
       const known = await this.knownPieces();
       const r = await takeCheckpoint(this.store, this.dataDir, {
         log: this.log,
-        term: SINGLE_NODE_TERM,
+        term: this.term(),
         previous: this.latest,
         known,
       });

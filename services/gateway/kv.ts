@@ -9,7 +9,7 @@ import { range } from '../../shared/mvcc/range.js';
 import * as R from '../../shared/mvcc/responses.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
 import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
-import type { StorageLink } from './storage-client.js';
+import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { NodeInfo } from './node-info.js';
 import { Op } from '../storage/engine.js';
 import type { GatewaySpans } from './spans.js';
@@ -24,7 +24,7 @@ export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.S
 type Unary<Req> = (call: ServerCall<Req, Buffer>, cb: UnaryCallback<Buffer>) => void;
 
 /** A unary call whose request bytes go to storage as they came, and whose answer comes back as is. */
-export function forward(link: StorageLink, op: number): Unary<Buffer> {
+export function forward(link: WriteLink, op: number): Unary<Buffer> {
   return (call, cb) => {
     if (call.request.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));
     link.call(op, call.request).then(
@@ -35,9 +35,17 @@ export function forward(link: StorageLink, op: number): Unary<Buffer> {
 }
 
 /** etcd's KV service, checking callers once auth is enabled; `spans` only while tracing is on. */
-export function kvService(db: MvccDb, link: StorageLink, node: NodeInfo, gate: AuthGate, spans?: GatewaySpans) {
+export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: AuthGate, spans?: GatewaySpans) {
   const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
   const Range = (call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) => {
+    // A follower in cluster mode: first what the leader had committed (docs/cluster.md).
+    if (node.mustLinearize(call.request.serializable)) {
+      node.cluster!.linearize().then(() => read(call, cb), (err) => cb(toServiceError(err)));
+      return;
+    }
+    read(call, cb);
+  };
+  const read = (call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) => {
     try {
       db.env.resetReadTxn();
       // With auth enabled: read on the whole range (an empty key is refused by range() first, as etcd).

@@ -5,7 +5,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { service } from '../../shared/proto/index.js';
-import type { StorageLink } from './storage-client.js';
+import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { OpenStreams } from '../../shared/grpc/server.js';
 import { forward, toServiceError } from './kv.js';
 import { Op } from '../storage/engine.js';
@@ -19,7 +19,7 @@ const RAW = ['LeaseGrant', 'LeaseRevoke', 'LeaseKeepAlive', 'LeaseTimeToLive', '
  * `writes` is the link on storage's Write stream, `leases` the one on its Lease stream; the
  * keep-alive streams are registered in `open`, which the gateway ends when it stops.
  */
-export function leaseService(writes: StorageLink, leases: StorageLink, open: OpenStreams, gate: AuthGate) {
+export function leaseService(writes: WriteLink, leases: WriteLink, open: OpenStreams, gate: AuthGate) {
   const def = service('etcdserverpb.Lease', { rawRequests: RAW });
   // With auth enabled, every Lease call needs a user (etcd's later releases; 3.4.23 answered
   // some without a token), and the keys attached to a lease decide the rest.
@@ -38,7 +38,7 @@ export function leaseService(writes: StorageLink, leases: StorageLink, open: Ope
  * in request order (as etcd answers them one by one). A failure ends the stream with its
  * status, as etcd does; clients open a new one.
  */
-function keepAlive(leases: StorageLink, open: OpenStreams, gate: AuthGate) {
+function keepAlive(leases: WriteLink, open: OpenStreams, gate: AuthGate) {
   return (call: ServerCall<Buffer, Buffer>) => {
     open.add(call);
     let last: Promise<unknown> = Promise.resolve();

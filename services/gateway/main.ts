@@ -1,7 +1,7 @@
 // The gateway process: the client port. Serves the etcd v3 services, reads LMDB directly
 // (read-only) and sends writes to the storage process.
 import type { Config } from '../../shared/config.js';
-import { socketPath } from '../../shared/config.js';
+import { clientUrl, clusterMode, socketPath } from '../../shared/config.js';
 import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { OpenStreams } from '../../shared/grpc/server.js';
@@ -10,7 +10,8 @@ import { clientTlsFiles } from '../../shared/grpc/client-tls.js';
 import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
-import { StorageLink } from './storage-client.js';
+import { storageLink, type WriteLink } from '../../shared/grpc/batch-link.js';
+import { ClusterView, RoutedLink } from './cluster.js';
 import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
@@ -36,11 +37,28 @@ export async function runGateway(cfg: Config): Promise<void> {
   const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const tls = clientTlsFiles(cfg);
-  const node = new NodeInfo(db, cfg.nodeId, [`${tls ? 'https' : 'http'}://${cfg.listen}`]);
+  const node = new NodeInfo(db, cfg.nodeId, [clientUrl(cfg)]);
+  node.linearizableReads = cfg.readConsistency === 'linearizable';
   removeStaleSnapshots(cfg.dataDir);
-  const link = new StorageLink(socketPath(cfg.dataDir, 'storage'), log);
-  const leaseLink = new StorageLink(socketPath(cfg.dataDir, 'storage'), log, 5000, 'Lease');
+  const storageWrites = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Write');
+  const storageLeases = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Lease');
   const hub = new Hub(db, log);
+  const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
+  // Cluster mode: writes and lease calls go to storage while this node leads, else to the
+  // leader through the peer agent (services/gateway/cluster.ts).
+  let link: WriteLink = storageWrites;
+  let leaseLink: WriteLink = storageLeases;
+  let view: ClusterView | undefined;
+  const closers: { close(): void }[] = [storageWrites, storageLeases];
+  if (clusterMode(cfg)) {
+    view = new ClusterView(socketPath(cfg.dataDir, 'peer'), feed, log);
+    node.cluster = view;
+    const fw = view.forwardLink('Forward', log);
+    const fl = view.forwardLink('ForwardLease', log);
+    link = new RoutedLink(view, storageWrites, fw, feed);
+    leaseLink = new RoutedLink(view, storageLeases, fl, feed);
+    closers.push(fw, fl, view);
+  }
   const renewer = new TokenRenewer(link, log);
   const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000 });
   serveMetrics('gateway', () => {
@@ -48,7 +66,6 @@ export async function runGateway(cfg: Config): Promise<void> {
     M.watchActive.set(c.watchers);
     M.watchActivePrefixes.set(c.prefixes);
   });
-  const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
   const streams = new OpenStreams();
   const stopping = new AbortController();
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval'), authorize: watchAuthorizer(gate) }, log);
@@ -79,8 +96,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       await server.shutdown(5000);
       feed.close();
       renewer.close();
-      link.close();
-      leaseLink.close();
+      for (const c of closers) c.close();
       await db.env.close();
     },
   });

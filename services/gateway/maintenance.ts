@@ -37,13 +37,14 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
           header: node.header(readMeta(db, META.revision)),
           version: VERSION.etcdCompat,
           ...dbSizes(db),
-          // A single node is always its own leader, so etcd's "no leader" error never appears.
-          leader: node.memberId,
+          // A single node is always its own leader; a cluster node names its leader, or has none
+          // during an election (as etcd: leader 0 and the error listed).
+          leader: node.leaderId,
           // The WAL index plays raft's: every applied write has one, and there is no lag.
           raftIndex: applied,
           raftTerm: node.raftTerm,
           raftAppliedIndex: applied,
-          errors: [],
+          errors: node.leaderId === '0' ? ['etcdserver: no leader'] : [],
         };
       });
     },
@@ -99,7 +100,7 @@ export function clusterService(db: MvccDb, node: NodeInfo) {
       cb(null, {
         // As etcd's ClusterServer.header(): cluster id, member id and raft term, no revision.
         header: { clusterId: node.clusterId, memberId: node.memberId, raftTerm: node.raftTerm },
-        members: [{ ID: node.memberId, name: node.name, peerURLs: [], clientURLs: node.clientUrls, isLearner: false }],
+        members: node.members(),
       });
     },
     MemberAdd: managed,

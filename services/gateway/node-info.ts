@@ -3,11 +3,23 @@
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META } from '../../shared/mvcc/schema.js';
 import type { Header } from '../../shared/mvcc/responses.js';
+import type { ClusterView } from './cluster.js';
+
+export interface MemberInfo {
+  ID: string;
+  name: string;
+  peerURLs: string[];
+  clientURLs: string[];
+  isLearner: boolean;
+}
 
 export class NodeInfo {
   readonly clusterId: string;
   readonly memberId: string;
-  readonly raftTerm = 1;
+  /** Cluster mode: the peer agent's view (term, leader, members). */
+  cluster: ClusterView | undefined;
+  /** Cluster mode: a follower's reads wait for the leader's committed index unless serializable. */
+  linearizableReads = true;
 
   constructor(db: MvccDb, readonly name: string, readonly clientUrls: string[]) {
     db.env.resetReadTxn();
@@ -18,7 +30,36 @@ export class NodeInfo {
     this.memberId = m;
   }
 
+  /** The election term in cluster mode; a single node reports 1, as a one-member etcd. */
+  get raftTerm(): number {
+    return this.cluster?.term || 1;
+  }
+
+  /** The leader's member id ('0' while there is none). */
+  get leaderId(): string {
+    if (!this.cluster) return this.memberId;
+    return this.cluster.leader?.memberId ?? '0';
+  }
+
+  /** Whether a read here must first wait for the leader's committed index. */
+  mustLinearize(serializable: boolean): boolean {
+    return this.cluster !== undefined && !this.cluster.leading && this.linearizableReads && !serializable;
+  }
+
+  members(): MemberInfo[] {
+    const self: MemberInfo = { ID: this.memberId, name: this.name, peerURLs: [], clientURLs: this.clientUrls, isLearner: false };
+    if (!this.cluster) return [self];
+    const list = this.cluster.members.map((m) => ({ ID: m.memberId, name: m.nodeId, peerURLs: [peerUrl(m.peerUrl)], clientURLs: [m.clientUrl], isLearner: false }));
+    if (!list.some((m) => m.ID === this.memberId)) list.push({ ...self, peerURLs: [] });
+    return list.sort((a, b) => a.name.localeCompare(b.name));
+  }
+
   header(revision: number): Header {
     return { clusterId: this.clusterId, memberId: this.memberId, revision, raftTerm: this.raftTerm };
   }
+}
+
+/** A peer address as etcd shows peer URLs. */
+function peerUrl(addr: string): string {
+  return /^[a-z]+:\/\//.test(addr) ? addr : `http://${addr}`;
 }

@@ -74,6 +74,15 @@ const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete
 
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
+/**
+ * Cluster mode (services/storage/cluster.ts): the peer agent sets the role. `none` (electing)
+ * and `follower` take no client writes; a follower appends and applies what the leader sends.
+ */
+export type ClusterRole = 'single' | 'none' | 'leader' | 'follower';
+
+/** Leader: resolves once the batch may be acknowledged (followers ACKed, or uploaded and fenced). */
+export type Replicate = (first: number, last: number, frames: Buffer, revision: number) => Promise<void>;
+
 export interface EngineOptions {
   /** The WAL, when the caller opened it already (openWal) to upload its tail first. */
   wal?: Wal;
@@ -92,6 +101,11 @@ export interface EngineOptions {
   tracing?: Tracing;
   /** Simple-token lifetime (--token-ttl) in ms; default 300 s, as etcd. */
   tokenTtlMs?: number;
+  /**
+   * Cluster mode: the engine starts with role `none` and replays only what the object store
+   * holds (`replayThrough`, committed history); later records stay staged until the role is known.
+   */
+  cluster?: { memberId: string; clusterId: string; replayThrough: number };
 }
 
 export class Engine {
@@ -117,6 +131,12 @@ export class Engine {
   private readonly debug: boolean;
   /** Undefined while tracing is off: a batch then checks this once and nothing else. */
   private readonly walSpans: WalSpans | undefined;
+  /** Cluster mode: this node's role, set by the peer agent. */
+  role: ClusterRole;
+  /** Leader: how a durable batch reaches the followers before it is applied and answered. */
+  replicate: Replicate | undefined;
+  /** Called when the role changes (storage's main starts or stops leader-only work). */
+  onRole: (role: ClusterRole) => void = () => {};
 
   private constructor(
     readonly db: MvccDb,
@@ -128,7 +148,8 @@ export class Engine {
     this.space = opts.space ?? new DiskSpace(dbPath(dataDir));
     this.walSpans = opts.tracing && new WalSpans(opts.tracing);
     this.debug = log.isLevelEnabled('debug');
-    this.identity = ensureIdentity(db);
+    this.identity = ensureIdentity(db, opts.cluster);
+    this.role = opts.cluster ? 'none' : 'single';
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
     this.index = readMeta(db, META.appliedIndex);
@@ -168,11 +189,18 @@ export class Engine {
       replayed += chunk.length;
       chunk = [];
     };
-    for (const rec of wal.readFrom(BigInt(applied) + 1n)) {
-      chunk.push(rec);
-      if (chunk.length >= 1000) flush();
+    // Cluster mode: what LMDB has not applied was never seen committed (a follower applies only
+    // committed entries, a leader only acknowledged ones): it stays staged until the role is
+    // known (a leader applies it, a follower drops it and receives it again).
+    const replayThrough = opts.cluster ? BigInt(opts.cluster.replayThrough) : wal.lastIndex;
+    {
+      for (const rec of wal.readFrom(BigInt(applied) + 1n)) {
+        if (rec.index > replayThrough) break;
+        chunk.push(rec);
+        if (chunk.length >= 1000) flush();
+      }
+      if (chunk.length) flush();
     }
-    if (chunk.length) flush();
     if (wal.lastIndex < BigInt(applied)) {
       // The WAL was trimmed (or lost) past what LMDB holds: continue numbering after LMDB.
       if (wal.lastIndex === 0n) wal.resetTo(BigInt(applied));
@@ -190,6 +218,7 @@ export class Engine {
    */
   submit(op: number, body: Uint8Array, done: Done, authRevision = 0, traceParent?: string): void {
     if (this.closed) return done({ code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
+    if (this.role === 'none' || this.role === 'follower') return done(Errors.noLeader);
     this.queue.push({ op, body, done, kind: KIND_OF_OP[op], arrived: performance.now(), authRevision, traceParent });
     if (!this.scheduled) {
       this.scheduled = true;
@@ -208,7 +237,8 @@ export class Engine {
       for (const p of batch) this.finish(p, { code: refused.code, message: refused.message });
       return;
     }
-    if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
+    const upload = this.role === 'leader' ? this.replicate : this.opts.upload;
+    if (upload) this.flight = this.drainUploading(batch, upload);
     else this.drainLocal(batch);
   };
 
@@ -235,13 +265,13 @@ export class Engine {
       return this.failBatch(batch, err);
     }
     if (records.length && this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
-    this.feed.publish(records, this.executor.revision);
+    this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     this.compaction.kick();
   }
 
   /** Sync upload: execute (aborted), append to the WAL, upload, then apply and answer. */
-  private async drainUploading(batch: Pending[], upload: NonNullable<EngineOptions['upload']>): Promise<void> {
+  private async drainUploading(batch: Pending[], upload: Replicate): Promise<void> {
     const results: WriteResult[] = new Array(batch.length);
     const records: WalRecord[] = [];
     const entries: WalEntry[] = [];
@@ -269,13 +299,22 @@ export class Engine {
     this.appliedRevision = appliedRevision;
     this.inFlight = true;
     try {
-      await upload(Number(records[0].index), index, frames);
+      await upload(Number(records[0].index), index, frames, this.executor.revision);
       endWalSpans(spans);
     } catch (err) {
       endWalSpans(spans, err);
+      this.inFlight = false;
+      if (this.role !== 'single') {
+        // Cluster: the batch was not acknowledged (deposed, or stopping). It is dropped from the
+        // WAL; if a follower kept it, the next leader's log has it and this node receives it
+        // again as a follower. The callers cannot know the outcome.
+        this.dropUnapplied();
+        for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message: `kvs: the write's outcome is unknown: ${(err as Error).message}` });
+        this.redrain();
+        return;
+      }
       // Storage is stopping. The records are in the local WAL: the next start uploads them,
       // then applies them. The callers cannot know the outcome.
-      this.inFlight = false;
       const message = `kvs: storage stopped before the write reached the object store; its outcome is unknown (${(err as Error).message})`;
       for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
       return;
@@ -293,13 +332,95 @@ export class Engine {
     this.index = index;
     this.inFlight = false;
     if (this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
-    this.feed.publish(records, this.executor.revision);
+    this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     this.compaction.kick();
+    this.redrain();
+  }
+
+  private redrain(): void {
     if (this.queue.length && !this.scheduled) {
       this.scheduled = true;
       setImmediate(this.drain);
     }
+  }
+
+  // ---- cluster mode (driven by services/storage/cluster.ts) ---------------------------------
+
+  /** The WAL's last index: past `appliedIndex` are staged entries (cluster mode). */
+  get lastIndex(): number {
+    return Number(this.wal.lastIndex);
+  }
+
+  get appliedIndex(): number {
+    return this.index;
+  }
+
+  /**
+   * Becomes leader: every staged entry is applied (it may have been acknowledged by the
+   * previous leader), then client writes are taken at this term.
+   */
+  becomeLeader(term: number): void {
+    this.identity.raftTerm = term;
+    this.applyThrough(this.lastIndex);
+    this.executor.reload();
+    this.lessor.reload();
+    this.role = 'leader';
+    this.onRole('leader');
+    this.redrain();
+  }
+
+  /**
+   * Becomes a follower (or electing, `none`): queued writes fail with etcd's no-leader error,
+   * and staged entries are dropped once no batch is in flight (the leader sends them again).
+   */
+  async becomeFollower(role: 'follower' | 'none', term: number): Promise<void> {
+    if (term) this.identity.raftTerm = term;
+    const was = this.role;
+    this.role = role;
+    for (const p of this.queue.splice(0)) this.finish(p, Errors.noLeader);
+    await this.flight; // a leader's batch in flight fails (its replicate is refused) first
+    if (was !== role) this.onRole(role);
+    this.dropUnapplied();
+  }
+
+  /** Drops staged WAL entries (never applied) and re-reads the counters the batch advanced. */
+  private dropUnapplied(): void {
+    const dropped = this.wal.truncateAfter(BigInt(this.index));
+    this.executor.reload();
+    this.lessor.reload();
+    if (dropped) this.log.info({ dropped, appliedIndex: this.index }, 'dropped WAL entries that were never committed');
+  }
+
+  /**
+   * Follower: appends entries the leader sent (one write, one fdatasync), then applies what is
+   * committed. Entries already held are skipped; a gap throws (the peer agent resyncs).
+   */
+  appendReplicated(records: WalRecord[], commitThrough: number): void {
+    if (this.role === 'leader' || this.role === 'single') throw new Error(`replicated entries refused: this node is ${this.role}`);
+    const last = this.wal.lastIndex;
+    const fresh = records.filter((r) => r.index > last);
+    if (fresh.length && fresh[0].index !== last + 1n) {
+      throw new Error(`replication gap: the WAL ends at ${last} but the leader sent ${fresh[0].index}`);
+    }
+    if (fresh.length) this.wal.appendSync(fresh);
+    this.applyThrough(Math.min(commitThrough, this.lastIndex));
+  }
+
+  /** Applies staged WAL entries through `through` in one LMDB transaction, and publishes them. */
+  applyThrough(through: number): void {
+    if (through <= this.index) return;
+    const records: WalRecord[] = [];
+    for (const rec of this.wal.readFrom(BigInt(this.index) + 1n)) {
+      if (rec.index > BigInt(through)) break;
+      records.push(rec);
+    }
+    this.db.env.transactionSync(() => {
+      for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
+    });
+    this.index = through;
+    this.executor.reload();
+    this.feed.publish(records, this.executor.revision, through);
   }
 
   /** Answers one write, and counts it. */
@@ -476,8 +597,13 @@ export function decodeEntry(buf: Uint8Array): WalEntry {
   return e;
 }
 
-/** A fresh database gets a random cluster and member id (as etcd does at bootstrap). */
-function ensureIdentity(db: MvccDb): Identity {
+/**
+ * A fresh database gets a random cluster and member id (as etcd does at bootstrap). In cluster
+ * mode both come from the configuration: the member id from --node-id (the database may come
+ * from the leader's checkpoint, with the leader's id in it), the cluster id from the bucket and
+ * prefix every node shares.
+ */
+function ensureIdentity(db: MvccDb, cluster?: { memberId: string; clusterId: string }): Identity {
   let clusterId = db.meta.get(META.clusterId) as string | undefined;
   let memberId = db.meta.get(META.memberId) as string | undefined;
   if (!clusterId || !memberId) {
@@ -489,6 +615,13 @@ function ensureIdentity(db: MvccDb): Identity {
       db.meta.putSync(META.clusterId, c);
       db.meta.putSync(META.memberId, m);
       if (db.meta.get(META.revision) === undefined) db.meta.putSync(META.revision, 1);
+    });
+  }
+  if (cluster && (cluster.memberId !== memberId || cluster.clusterId !== clusterId)) {
+    ({ memberId, clusterId } = cluster);
+    db.env.transactionSync(() => {
+      db.meta.putSync(META.memberId, cluster.memberId);
+      db.meta.putSync(META.clusterId, cluster.clusterId);
     });
   }
   return { clusterId, memberId, raftTerm: 1 };

@@ -9,6 +9,8 @@ export interface FeedBatch {
   revision: number;
   /** Encoded WalEntry payloads, in commit order. */
   entries: Uint8Array[];
+  /** The applied WAL index once the batch is applied. */
+  index: number;
 }
 
 export type FeedSubscriber = (batch: FeedBatch) => void;
@@ -22,9 +24,9 @@ export class CommitFeed {
   }
 
   /** Called by the engine once per committed batch, before callers are answered. */
-  publish(records: readonly WalRecord[], revision: number): void {
+  publish(records: readonly WalRecord[], revision: number, index: number): void {
     if (this.subscribers.size === 0 || records.length === 0) return;
-    const batch: FeedBatch = { revision, entries: records.map((r) => r.payload) };
+    const batch: FeedBatch = { revision, entries: records.map((r) => r.payload), index };
     for (const fn of this.subscribers) fn(batch);
   }
 }

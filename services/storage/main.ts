@@ -1,7 +1,9 @@
 // The storage process: the only LMDB writer. Owns the WAL, group commit, revisions, MVCC
 // apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
 import type { Config } from '../../shared/config.js';
-import { socketPath } from '../../shared/config.js';
+import { clusterMode, socketPath } from '../../shared/config.js';
+import { clusterIdOf, memberIdOf } from '../../shared/cluster.js';
+import { PeerAttach } from './cluster.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
@@ -26,11 +28,26 @@ export async function runStorage(cfg: Config): Promise<void> {
   const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
-  const opts = link ? await archivedEngineOptions(cfg, link, log) : {};
+  const cluster = clusterMode(cfg);
+  const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened) : link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
   const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000 });
   opened = engine;
-  await applyAuthFlag(engine, cfg.authEnabled, log);
+  let compactor: ReturnType<typeof startAutoCompaction>;
+  let attach: PeerAttach | undefined;
+  if (cluster) {
+    // The role comes from the peer agent; leader-only work (lease expiry, uploads, the
+    // --auth-enabled flag) starts when this node leads, and stops when it no longer does.
+    attach = new PeerAttach(socketPath(cfg.dataDir, 'peer'), engine, {
+      uploadThrough: (through) => uploadWalTail(engine.wal, link!, log, BigInt(through)),
+      onLeader: () => {
+        engine.lessor.startExpiry();
+        void uploadWalTail(engine.wal, link!, log).catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next segment upload retries'));
+        void applyAuthFlag(engine, cfg.authEnabled, log).catch((err: Error) => log.warn({ err: err.message }, 'could not apply --auth-enabled'));
+      },
+      onNotLeader: () => engine.lessor.stop(),
+    }, log, cfg.peerBufferSize);
+  } else await applyAuthFlag(engine, cfg.authEnabled, log);
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
@@ -46,12 +63,13 @@ export async function runStorage(cfg: Config): Promise<void> {
     if (now !== refused) reportHealth({ writesRefused: (refused = now) ?? '' });
   }, 1000);
   rotation.unref();
-  engine.lessor.startExpiry();
-  const compactor = startAutoCompaction(cfg, engine, log);
+  if (!cluster) engine.lessor.startExpiry();
+  compactor = startAutoCompaction(cfg, engine, log, () => engine.role === 'leader' || engine.role === 'single');
   installLifecycle(log, {
     async stop() {
       clearInterval(rotation);
       compactor?.stop();
+      attach?.close();
       // Cancels a stalled upload: its batch fails with an unknown outcome (it is in the WAL).
       link?.close();
       // Finish what is queued, answer it, then end the write streams so the shutdown does not
@@ -86,4 +104,21 @@ async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logge
   for (const seg of wal.sealedSegments()) uploadSegment(seg, link, log);
   wal.seal(); // what a previous run left in the active segment is sealed (onSeal uploads it)
   return { wal, archivedThrough };
+}
+
+/**
+ * Cluster mode: uploads are asynchronous and made only while this node leads (segments as they
+ * are sealed, and at election what the object store lacks); a follower's WAL is trimmed once
+ * LMDB holds it, since the leader's uploads are the object store's copy.
+ */
+async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger, engine: () => Engine | undefined): Promise<EngineOptions> {
+  reportState('waiting for the archiver');
+  await link.ready();
+  const leading = () => engine()?.role === 'leader';
+  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => leading() && uploadSegment(seg, link, log) });
+  return {
+    wal,
+    archivedThrough: () => (leading() ? link.archivedThrough : Infinity),
+    cluster: { memberId: memberIdOf(cfg.nodeId), clusterId: clusterIdOf(cfg.s3Bucket!, cfg.s3Prefix), replayThrough: link.uploadedThrough },
+  };
 }

@@ -2,14 +2,13 @@
 // batches (one message per caller event-loop turn), answered per group-commit drain, and a
 // second stream of the same shape for lease keep-alives and queries, which never write.
 import * as grpc from '@grpc/grpc-js';
-import { num, service, type Long } from '../../shared/proto/index.js';
-import type { Engine, WriteResult } from './engine.js';
+import { service } from '../../shared/proto/index.js';
+import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../shared/grpc/batch-stream.js';
+import type { Engine } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
 
-/** traceParent: decoded as '' when the gateway sent none (tracing off). */
-interface WriteRequest { id: unknown; op: number; body: Uint8Array; authRevision?: number | Long; traceParent: string }
-interface WriteBatch { requests: WriteRequest[] }
+interface WriteBatch { requests: BatchRequest[] }
 
 export interface StorageServer {
   server: grpc.Server;
@@ -20,39 +19,10 @@ export interface StorageServer {
 export function storageServer(engine: Engine, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
-  /**
-   * One stream of request batches: each request goes to `handle`, and the answers that are
-   * ready in one event-loop turn go back in one message.
-   */
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: (op: number, body: Uint8Array, done: (r: WriteResult) => void, authRevision: number, traceParent: string) => void) => {
-    // Tells the gateway at once that this stream reached a live storage process.
-    call.sendMetadata(new grpc.Metadata());
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: BatchHandler) => {
     streams.add(call);
     call.on('close', () => streams.delete(call));
-    let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
-    let flushScheduled = false;
-    const flush = () => {
-      flushScheduled = false;
-      const results = out;
-      out = [];
-      if (!call.writable || call.destroyed) return;
-      call.write({ results });
-    };
-    call.on('data', (batch: WriteBatch) => {
-      for (const req of batch.requests) {
-        const id = req.id;
-        const rev = req.authRevision;
-        handle(req.op, req.body, (r: WriteResult) => {
-          out.push({ id, body: r.body, code: r.code, message: r.message });
-          if (!flushScheduled) {
-            flushScheduled = true;
-            process.nextTick(flush);
-          }
-        }, num(rev), req.traceParent);
-      }
-    });
-    call.on('end', () => call.end());
-    call.on('error', (err) => log.debug({ err }, 'storage stream closed'));
+    serveBatchStream(call, handle, (err) => log.debug({ err }, 'storage stream closed'));
   };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
@@ -66,7 +36,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
       // The first message tells where the stream starts; a subscriber that fell behind is
       // skipped until its buffer drains, then told the current revision (it fills the gap
       // from LMDB history), so a slow gateway never holds memory or the write path here.
-      const here = () => ({ revision: engine.revision, entries: [] });
+      const here = () => ({ revision: engine.revision, entries: [], index: engine.appliedIndex });
       let lagging = !call.write(here());
       const unsubscribe = engine.feed.subscribe((batch) => {
         if (lagging || call.destroyed) return;

@@ -15,10 +15,12 @@ const TAIL_CHUNK_BYTES = 8 * 1024 * 1024;
  * resolves once all are in the object store. Sync mode runs it before the WAL is replayed into
  * LMDB, so no reader ever sees a record the object store lacks.
  */
-export async function uploadWalTail(wal: Wal, link: ArchiverLink, log: Logger): Promise<void> {
+export async function uploadWalTail(wal: Wal, link: ArchiverLink, log: Logger, upTo?: bigint): Promise<void> {
   const from = BigInt(link.uploadedThrough) + 1n;
-  if (wal.lastIndex < from) return;
-  log.info({ from: Number(from), through: Number(wal.lastIndex) }, 'uploading the local WAL the object store does not have yet');
+  const through = upTo ?? wal.lastIndex;
+  if (through < from) return;
+  // A cluster leader without followers uploads every batch this way (upTo): not worth a line each.
+  (upTo === undefined ? log.info : log.debug).call(log, { from: Number(from), through: Number(through) }, 'uploading the local WAL the object store does not have yet');
   const uploads: Promise<void>[] = [];
   let chunk: WalRecord[] = [];
   let bytes = 0;
@@ -29,6 +31,7 @@ export async function uploadWalTail(wal: Wal, link: ArchiverLink, log: Logger): 
     bytes = 0;
   };
   for (const rec of wal.readFrom(from)) {
+    if (rec.index > through) break;
     // Payloads are views into a per-segment buffer: copy what is kept.
     chunk.push({ index: rec.index, payload: Buffer.from(rec.payload) });
     bytes += rec.payload.length + 16;

@@ -18,15 +18,16 @@ const FILES = [
   'kvs/storage.proto',
   'kvs/control.proto',
   'kvs/archiver.proto',
+  'kvs/peer.proto',
 ];
 
 function load(): protobuf.Root {
   const root = new protobuf.Root();
   root.resolvePath = (origin, target) => {
     if (path.isAbsolute(target)) return target;
-    // etcd's files import each other relative to proto/etcd
-    const etcd = path.join(PROTO_DIR, 'etcd', target);
-    return origin ? etcd : path.join(PROTO_DIR, target);
+    // etcd's files import each other relative to proto/etcd; ours (kvs/...) from proto/
+    if (!origin || target.startsWith('kvs/')) return path.join(PROTO_DIR, target);
+    return path.join(PROTO_DIR, 'etcd', target);
   };
   root.loadSync(FILES);
   root.resolveAll();

@@ -8,7 +8,7 @@ import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../../shared/errors.js'
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { checkDeleteRange, checkPut, checkTxn } from '../../../shared/auth/requests.js';
 import { checkIntervals, checkPutRequest, checkTxnRequest, type DeleteRangeRequest, type PutRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
-import type { StorageLink } from '../storage-client.js';
+import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import { toServiceError } from '../kv.js';
 import type { AuthGate, Caller } from './gate.js';
 import type { GatewaySpans } from '../spans.js';
@@ -62,7 +62,7 @@ export const writeChecks = {
  * A write whose check went stale before storage executed it (auth changed) is checked again.
  * With `spans` (tracing on) the call gets its write span, which storage's WAL span joins.
  */
-export function guardedForward(link: StorageLink, op: number, gate: AuthGate, check: WriteCheck, spans?: GatewaySpans) {
+export function guardedForward(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck, spans?: GatewaySpans) {
   const handler = guarded(link, op, gate, check);
   if (!spans) return (call: ServerCall<Buffer, Buffer>, cb: UnaryCallback<Buffer>) => handler(call, cb, undefined);
   return (call: ServerCall<Buffer, Buffer>, cb: UnaryCallback<Buffer>) => {
@@ -71,7 +71,7 @@ export function guardedForward(link: StorageLink, op: number, gate: AuthGate, ch
   };
 }
 
-function guarded(link: StorageLink, op: number, gate: AuthGate, check: WriteCheck) {
+function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck) {
   return (call: ServerCall<Buffer, Buffer>, cb: UnaryCallback<Buffer>, traceParent: string | undefined) => {
     const body = call.request;
     if (body.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));

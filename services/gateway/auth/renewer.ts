@@ -4,7 +4,7 @@
 // second), so a token in steady use never expires while an idle one does within TTL.
 import { encode } from '../../../shared/proto/index.js';
 import type { Logger } from '../../../shared/log.js';
-import type { StorageLink } from '../storage-client.js';
+import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import { Op } from '../../storage/engine.js';
 
 export class TokenRenewer {
@@ -13,7 +13,7 @@ export class TokenRenewer {
   private inFlight = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly link: StorageLink, private readonly log: Logger, private readonly intervalMs = 1000) {}
+  constructor(private readonly link: WriteLink, private readonly log: Logger, private readonly intervalMs = 1000) {}
 
   renew = (digest: Buffer): void => {
     const k = digest.toString('hex');

@@ -11,7 +11,7 @@ import { AuthErrors } from '../../../shared/auth/errors.js';
 import { getRole, getUser, listRoles, listUsers, authMeta } from '../../../shared/auth/tables.js';
 import * as M from '../../../shared/metrics.js';
 import type { Logger } from '../../../shared/log.js';
-import type { StorageLink } from '../storage-client.js';
+import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import type { NodeInfo } from '../node-info.js';
 import { toServiceError } from '../kv.js';
 import { Op } from '../../storage/engine.js';
@@ -29,7 +29,7 @@ type Handler = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => v
 /** Auth changes that raced a request are retried this often before the error reaches the client. */
 const STALE_RETRIES = 3;
 
-export function authService(db: MvccDb, link: StorageLink, gate: AuthGate, node: NodeInfo, log: Logger, opts: AuthServiceOptions) {
+export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: NodeInfo, log: Logger, opts: AuthServiceOptions) {
   const def = service('etcdserverpb.Auth');
   const lockout = opts.lockout ?? new Lockout();
   const header = () => node.header(readMeta(db, META.revision));

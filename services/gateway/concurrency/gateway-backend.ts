@@ -5,7 +5,7 @@ import { encode, decode, bigint, num } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
 import { range, SortOrder, SortTarget } from '../../../shared/mvcc/range.js';
-import type { StorageLink } from '../storage-client.js';
+import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import type { NodeInfo } from '../node-info.js';
 import { Op } from '../../storage/engine.js';
 import type { Backend, KeyValueMessage, RangeRequest, TxnRequest, WatchStream } from './backend.js';
@@ -24,7 +24,7 @@ function header(h: HeaderMessage | null | undefined): Header {
 /** Watches on the hub, as the Backend wants them (set once the watch hub is wired). */
 export type WatchFn = (key: Buffer, rangeEnd: Buffer | undefined, fromRev: number) => WatchStream;
 
-export function gatewayBackend(db: MvccDb, node: NodeInfo, link: StorageLink, watch: WatchFn): Backend {
+export function gatewayBackend(db: MvccDb, node: NodeInfo, link: WriteLink, watch: WatchFn): Backend {
   return {
     async txn(req: TxnRequest) {
       const res = decode<{ header: HeaderMessage; succeeded: boolean; responses: { responseRange?: { kvs: KeyValueMessage[] } }[] }>(

@@ -5,12 +5,13 @@ import * as grpc from '@grpc/grpc-js';
 import { num } from '../../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../../shared/grpc/server.js';
 import type { Logger } from '../../../shared/log.js';
-import { StorageClient } from '../storage-client.js';
+import { StorageClient } from '../../../shared/grpc/batch-link.js';
 import type { Hub } from './hub.js';
 
 interface FeedMessage {
   revision: number | { high: number; low: number };
   entries: Uint8Array[];
+  index?: number | { high: number; low: number };
 }
 
 export class FeedLink {
@@ -19,6 +20,10 @@ export class FeedLink {
   private retryMs = 20;
   private closed = false;
   private connected = false;
+  /** Storage's applied revision and WAL index, as of the latest message. */
+  revision = 0;
+  index = 0;
+  private waiters: { index: number; revision: number; resolve(): void }[] = [];
 
   constructor(socket: string, private readonly hub: Hub, private readonly log: Logger) {
     this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
@@ -35,7 +40,10 @@ export class FeedLink {
         this.retryMs = 20;
         this.log.debug({ revision: num(m.revision as number) }, 'watch feed connected');
       }
-      this.hub.onFeed(num(m.revision as number), m.entries ?? []);
+      this.revision = num(m.revision as number);
+      this.index = num(m.index as number);
+      this.hub.onFeed(this.revision, m.entries ?? []);
+      if (this.waiters.length) this.wake();
     });
     const broken = (err?: Error) => {
       if (this.call !== call) return;
@@ -48,6 +56,25 @@ export class FeedLink {
     };
     call.on('error', broken);
     call.on('end', () => broken());
+  }
+
+  /**
+   * Resolves once storage has applied WAL index `index` and revision `revision` (cluster mode:
+   * a follower's read waits for what the leader committed, and a forwarded write for its own
+   * effect, so that a read after it on this node sees it).
+   */
+  applied(index: number, revision = 0): Promise<void> {
+    if (this.index >= index && this.revision >= revision) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push({ index, revision, resolve }));
+  }
+
+  private wake(): void {
+    const still: typeof this.waiters = [];
+    for (const w of this.waiters) {
+      if (this.index >= w.index && this.revision >= w.revision) w.resolve();
+      else still.push(w);
+    }
+    this.waiters = still;
   }
 
   close(): void {

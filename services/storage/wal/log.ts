@@ -292,6 +292,43 @@ export class Wal {
     return removed;
   }
 
+  /**
+   * Drops every record after `index` (cluster mode: entries a follower staged but never saw
+   * committed, which the current leader sends again). Segments wholly after it are deleted;
+   * the one holding `index` is cut after it and becomes the active segment. Returns how many
+   * records were dropped.
+   */
+  truncateAfter(index: bigint): number {
+    this.#checkUsable();
+    if (index >= this.#lastIndex) return 0;
+    const dropped = Number(this.#lastIndex - index);
+    const segs = this.sealedSegments();
+    const act = this.#active;
+    if (act) {
+      act.writer.close();
+      if (act.lastIndex >= act.writer.firstIndex) segs.push({ path: act.writer.path, name: act.writer.name, firstIndex: act.writer.firstIndex, lastIndex: act.lastIndex, bytes: act.writer.size });
+      else fs.rmSync(act.writer.path, { force: true });
+    }
+    this.#active = undefined;
+    this.#sealed = [];
+    for (const s of segs) {
+      if (s.lastIndex <= index) this.#sealed.push(s);
+      else if (s.firstIndex > index) fs.rmSync(s.path, { force: true });
+      else {
+        const r = readSegment(s.path, s.bytes);
+        const rec = r.records[Number(index - s.firstIndex)]!;
+        const end = rec.payload.byteOffset - r.buf.byteOffset + rec.payload.byteLength;
+        const writer = SegmentWriter.reopen(s.path, s.firstIndex, fs.statSync(s.path).size, this.#now());
+        writer.truncateSync(end);
+        this.#active = { writer, lastIndex: index, dirSynced: true };
+      }
+    }
+    fsyncDir(this.dir);
+    this.#lastIndex = index;
+    this.#positioned = true;
+    return dropped;
+  }
+
   /** fsyncs and closes the active segment (it is not sealed or renamed). Idempotent. */
   close(): void {
     if (this.#closed) return;

@@ -1,15 +1,17 @@
-// The gateway's side of the storage hop: one long-lived bidi stream over the unix socket.
-// Every write issued in one event-loop turn travels in one WriteBatch message, and results
-// come back batched per group commit.
+// A caller's side of a batch stream (kvs.storage.WriteBatch in, WriteResultBatch out): the
+// gateway's hop to storage (Storage.Write / Storage.Lease), and in cluster mode the hops of a
+// forwarded write (gateway -> peer agent -> leader's peer port -> leader's storage). Every
+// write issued in one event-loop turn travels in one message; results come back batched.
 //
-// If the stream breaks (storage restarting), writes already sent fail with UNAVAILABLE: their
-// outcome is unknown, as for any etcd client whose server went away. Writes not yet sent wait
-// for the reconnection, up to `waitMs`, then fail with UNAVAILABLE without having been sent.
+// If the stream breaks (storage restarting, the leader gone), writes already sent fail with
+// UNAVAILABLE: their outcome is unknown, as for any etcd client whose server went away.
+// Writes not yet sent wait for the reconnection, up to `waitMs`, then fail with `unavailable`
+// without having been sent.
 import * as grpc from '@grpc/grpc-js';
-import { service } from '../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
-import { EtcdError, Errors } from '../../shared/errors.js';
-import type { Logger } from '../../shared/log.js';
+import { service } from '../proto/index.js';
+import { INTERNAL_CHANNEL_OPTIONS } from './server.js';
+import { EtcdError, Errors } from '../errors.js';
+import type { Logger } from '../log.js';
 
 interface Queued {
   id: number;
@@ -27,7 +29,21 @@ interface Result { id: number | { toNumber(): number }; body: Buffer; code: numb
 
 export const StorageClient = grpc.makeGenericClientConstructor(service('kvs.storage.Storage'), 'Storage');
 
-export class StorageLink {
+/** What callers of a write stream need: the gateway's services take any of them. */
+export interface WriteLink {
+  call(op: number, body: Uint8Array, authRevision?: number, traceParent?: string): Promise<Buffer>;
+}
+
+export interface BatchLinkOptions {
+  /** How long an unsent write waits for the stream (default 5 s). */
+  waitMs?: number;
+  /** The error of a write that could not be sent, or whose stream broke. */
+  unavailable?: EtcdError;
+  /** What the far end is, for log lines ("storage", "the leader"). */
+  peerName?: string;
+}
+
+export class BatchLink implements WriteLink {
   private readonly client: grpc.Client & Record<string, any>;
   private stream: grpc.ClientDuplexStream<unknown, { results: Result[] }> | undefined;
   /** True once the storage process answered on the current stream. */
@@ -40,12 +56,16 @@ export class StorageLink {
   private retryMs = 20;
   private expiryTimer: NodeJS.Timeout | undefined;
 
-  /**
-   * `method` is the storage stream: `Write` (writes, through the WAL) or `Lease` (lease
-   * keep-alives and queries, which never write).
-   */
-  constructor(socket: string, private readonly log: Logger, private readonly waitMs = 5000, private readonly method: 'Write' | 'Lease' = 'Write') {
-    this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+  private readonly waitMs: number;
+  private readonly unavailable: EtcdError;
+  private readonly peerName: string;
+
+  /** `method`: the client's bidi method carrying WriteBatch / WriteResultBatch. */
+  constructor(client: grpc.Client, private readonly method: string, private readonly log: Logger, opts: BatchLinkOptions = {}) {
+    this.client = client as grpc.Client & Record<string, any>;
+    this.waitMs = opts.waitMs ?? 5000;
+    this.unavailable = opts.unavailable ?? Errors.storageUnavailable;
+    this.peerName = opts.peerName ?? 'storage';
     this.open();
   }
 
@@ -79,11 +99,11 @@ export class StorageLink {
       this.stream = undefined;
       const wasConnected = this.connected;
       this.connected = false;
-      if (this.sent.size) this.log.warn({ err: err?.message, inflight: this.sent.size }, 'storage stream broke; writes in flight have an unknown outcome');
-      for (const q of this.sent.values()) q.reject(Errors.storageUnavailable);
+      if (this.sent.size) this.log.warn({ err: err?.message, inflight: this.sent.size }, `${this.peerName} stream broke; writes in flight have an unknown outcome`);
+      for (const q of this.sent.values()) q.reject(this.unavailable);
       this.sent.clear();
       if (this.closed) return;
-      if (wasConnected) this.log.warn('lost the storage process; reconnecting');
+      if (wasConnected) this.log.warn(`lost ${this.peerName}; reconnecting`);
       setTimeout(() => this.open(), this.retryMs).unref();
       this.retryMs = Math.min(this.retryMs * 2, 500);
     };
@@ -136,7 +156,7 @@ export class StorageLink {
       const now = Date.now();
       const keep: Queued[] = [];
       for (const q of this.outbox) {
-        if (q.expires <= now) q.reject(Errors.storageUnavailable);
+        if (q.expires <= now) q.reject(this.unavailable);
         else keep.push(q);
       }
       this.outbox = keep;
@@ -147,10 +167,15 @@ export class StorageLink {
 
   close(): void {
     this.closed = true;
-    for (const q of [...this.outbox, ...this.sent.values()]) q.reject(Errors.storageUnavailable);
+    for (const q of [...this.outbox, ...this.sent.values()]) q.reject(this.unavailable);
     this.outbox = [];
     this.sent.clear();
     this.stream?.end();
     this.client.close();
   }
+}
+
+/** The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock. */
+export function storageLink(socket: string, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
+  return new BatchLink(new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS), method, log, { waitMs });
 }

@@ -1,0 +1,46 @@
+// Catching up from the object store: a follower the leader cannot serve from memory, and a
+// node taking over the lead, read the uploaded WAL past what they hold and hand it to storage
+// as committed entries (uploaded entries are in the history every later leader replays).
+import type { Logger } from '../../shared/log.js';
+import type { ObjectStore } from '../../shared/objectstore/store.js';
+import { listWalSegments } from '../../shared/objectstore/catalog.js';
+import { uploadedRecords } from '../archiver/wal-objects.js';
+import { encodeFrames, type WalRecord } from '../storage/wal/frame.js';
+import type { StorageSide } from './storage-side.js';
+
+const CHUNK_BYTES = 4 * 1024 * 1024;
+
+/** Hands storage every uploaded record past what it holds; returns how many. */
+export async function catchUpFromStore(store: ObjectStore, storage: StorageSide, log: Logger): Promise<number> {
+  const have = Math.max(storage.progress.appliedThrough, storage.progress.durableThrough);
+  const from = BigInt(storage.progress.appliedThrough) + 1n;
+  const objects = await listWalSegments(store, { after: BigInt(have) });
+  if (objects.length === 0) return 0;
+  const start = objects.reduce((m, o) => (o.first < m ? o.first : m), objects[0].first);
+  if (start > from && start > BigInt(have) + 1n) {
+    throw new Error(
+      `this node holds records through ${have}, but the object store's WAL continues only at ${start}: ` +
+        'it is too far behind to catch up; stop it, empty its data directory and start it again (it restores from the latest checkpoint)',
+    );
+  }
+  let chunk: WalRecord[] = [];
+  let bytes = 0;
+  let count = 0;
+  const send = async () => {
+    const first = Number(chunk[0].index);
+    const last = Number(chunk[chunk.length - 1].index);
+    const frames = encodeFrames(chunk);
+    count += chunk.length;
+    chunk = [];
+    bytes = 0;
+    await storage.committedEntries(first, last, frames);
+  };
+  for await (const rec of uploadedRecords(store, objects, BigInt(have) + 1n)) {
+    chunk.push(rec);
+    bytes += rec.payload.length;
+    if (bytes >= CHUNK_BYTES) await send();
+  }
+  if (chunk.length) await send();
+  if (count) log.info({ records: count, through: storage.progress.appliedThrough }, 'caught up from the object store');
+  return count;
+}

@@ -1,0 +1,218 @@
+// A follower's term: connects to the leader named by the lock, hands what it streams to this
+// node's storage (which fsyncs, then ACKs through here, and applies what is committed), and
+// decides when the leader is gone (docs/cluster.md):
+//  - from its first failure to reach the leader the follower watches the lock; once
+//    --follower-max-retries consecutive attempts failed, and only when it has itself seen the
+//    lock unchanged (same ETag) for the liveness TTL on its own monotonic clock — and the lock's
+//    LastSeenNano is that old too — does it try to take it (a conditional replace: one
+//    candidate wins);
+//  - a follower that has not heard from this leader lately (a new node, or one cut off for
+//    longer than FAST_TAKEOVER_WINDOW_MS) waits longer: the leader re-touches its lock only every
+//    --leader-watch-interval-sec while its known followers are connected, so such a node must
+//    see the lock unchanged for that interval plus the TTL.
+import type * as grpc from '@grpc/grpc-js';
+import type { Logger } from '../../shared/log.js';
+import * as M from '../../shared/metrics.js';
+import type { ObjectStore } from '../../shared/objectstore/store.js';
+import { catchUpFromStore } from './catch-up.js';
+import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
+import { n, Role, type StorageSide } from './storage-side.js';
+import type { Member, StateBoard } from './state.js';
+import { peerClient, type PeerCredentials } from './transport.js';
+
+export interface FollowerOptions {
+  self: Member;
+  lock: LeaderLock;
+  held: HeldLock;
+  store: ObjectStore;
+  storage: StorageSide;
+  board: StateBoard;
+  creds: PeerCredentials;
+  log: Logger;
+  maxRetries: number;
+  retryMs: number;
+  ttlMs: number;
+  watchIntervalMs: number;
+  signal: AbortSignal;
+}
+
+/** A follower that heard from its leader within this window may take over after the TTL alone. */
+const FAST_TAKEOVER_WINDOW_MS = 20_000;
+/** No message from the leader for this long breaks the stream (it heartbeats every 500 ms). */
+const SILENCE_MS = 3000;
+
+/** How a follower's term ends: the lock says something new (elect again), or we took it. */
+export type FollowEnd = { kind: 'elect' } | { kind: 'won'; held: HeldLock } | { kind: 'stopped' };
+
+interface LeaderMessage {
+  term: unknown;
+  first: unknown;
+  last: unknown;
+  frames: Buffer;
+  commitThrough: unknown;
+  members: Member[];
+  membersChanged: boolean;
+  resync: string;
+  leaving: boolean;
+}
+
+export class Following {
+  private lastContact = -Infinity;
+  private observed: { etag: string; since: number; fast: boolean } | undefined;
+
+  constructor(private readonly o: FollowerOptions) {}
+
+  get leader(): Member {
+    const r = this.o.held.record;
+    return { nodeId: r.nodeId, memberId: r.memberId, peerUrl: r.peerUrl, clientUrl: r.clientUrl };
+  }
+
+  async run(): Promise<FollowEnd> {
+    const { log, signal } = this.o;
+    const client = peerClient(this.o.held.record.peerUrl, this.o.creds);
+    let failures = 0;
+    try {
+      while (!signal.aborted) {
+        const outcome = await this.followOnce(client);
+        if (outcome === 'leaving') return { kind: 'elect' };
+        if (outcome === 'resync') {
+          failures = 0;
+          continue;
+        }
+        if (outcome === 'stopped') return { kind: 'stopped' };
+        failures = outcome === 'served' ? 1 : failures + 1;
+        // The lock is watched from the first failure, so that the TTL of observation runs
+        // alongside the retries; taking it needs both.
+        const end = await this.checkLock(failures >= this.o.maxRetries);
+        if (end) return end;
+        await sleep(this.o.retryMs, signal);
+      }
+      return { kind: 'stopped' };
+    } catch (err) {
+      if (signal.aborted) return { kind: 'stopped' };
+      log.error({ err: (err as Error).message }, 'following failed; electing again');
+      return { kind: 'elect' };
+    } finally {
+      client.close();
+    }
+  }
+
+  /** One stream to the leader: until it breaks. */
+  private async followOnce(client: grpc.Client & Record<string, any>): Promise<'failed' | 'served' | 'resync' | 'leaving' | 'stopped'> {
+    const { storage, board, log, held, signal } = this.o;
+    const term = held.record.term;
+    await storage.whenAttached(signal).catch(() => undefined);
+    if (signal.aborted) return 'stopped';
+    // Staged entries never seen committed are dropped: the leader sends what follows `applied`.
+    const p = await storage.setRole(Role.FOLLOWER, term);
+    board.update({ role: Role.FOLLOWER, term, leader: this.leader, inSync: false, reason: `following ${held.record.nodeId}` });
+    return new Promise((resolve) => {
+      const call = client.Follow() as grpc.ClientDuplexStream<unknown, LeaderMessage>;
+      let served = false;
+      let syncTarget = -1;
+      let settled = false;
+      const finish = (how: 'failed' | 'served' | 'resync' | 'leaving' | 'stopped') => {
+        if (settled) return;
+        settled = true;
+        clearInterval(silence);
+        storage.off('progress', onProgress);
+        signal.removeEventListener('abort', onAbort);
+        call.cancel();
+        resolve(how === 'failed' && served ? 'served' : how);
+      };
+      let heard = performance.now();
+      const silence = setInterval(() => {
+        if (performance.now() - heard > SILENCE_MS) {
+          log.warn({ leader: held.record.nodeId }, `no message from the leader for ${SILENCE_MS} ms`);
+          finish('failed');
+        }
+      }, 500);
+      const onAbort = () => finish('stopped');
+      signal.addEventListener('abort', onAbort);
+      const onProgress = (pr: { durableThrough: number; appliedThrough: number }) => {
+        call.write({ ack: { durableThrough: pr.durableThrough, appliedThrough: pr.appliedThrough } });
+        if (syncTarget >= 0 && pr.appliedThrough >= syncTarget) {
+          syncTarget = -1;
+          board.update({ inSync: true, reason: '' });
+        }
+      };
+      storage.on('progress', onProgress);
+      call.write({ hello: { member: this.o.self, fromIndex: p.appliedThrough + 1, term } });
+      call.on('data', (m: LeaderMessage) => {
+        heard = performance.now();
+        this.lastContact = heard;
+        this.observed = undefined;
+        if (!served) {
+          served = true;
+          log.info({ leader: held.record.nodeId, term, from: p.appliedThrough + 1 }, 'following the leader');
+        }
+        if (m.resync) {
+          M.followerResyncsTotal.inc({ reason: m.resync });
+          log.info({ reason: m.resync }, 'catching up from the object store');
+          call.cancel();
+          catchUpFromStore(this.o.store, storage, log).then(
+            () => finish('resync'),
+            (err: Error) => {
+              log.error({ err: err.message }, 'catching up from the object store failed');
+              finish('failed');
+            },
+          );
+          return;
+        }
+        if (m.leaving) return finish('leaving');
+        if (m.membersChanged) board.update({ members: m.members });
+        const commit = n(m.commitThrough as number);
+        if (syncTarget < 0 && !board.current.inSync) {
+          syncTarget = commit;
+          if (storage.progress.appliedThrough >= commit) onProgress(storage.progress);
+        }
+        const frames = m.frames?.length ? m.frames : undefined;
+        if (!storage.entries(n(m.first as number), n(m.last as number), frames, commit)) finish('failed');
+      });
+      call.on('error', (err: Error) => {
+        if (!served) log.debug({ err: err.message, leader: held.record.peerUrl }, 'cannot reach the leader');
+        else log.warn({ err: err.message }, 'lost the leader');
+        finish('failed');
+      });
+      call.on('end', () => finish('failed'));
+    });
+  }
+
+  /** Has the lock moved on, or (once retries ran out) stood still long enough to take it? */
+  private async checkLock(mayTakeOver: boolean): Promise<FollowEnd | undefined> {
+    const { lock, held, log, self } = this.o;
+    const cur = await lock.read().catch((err: Error) => {
+      log.warn({ err: err.message }, 'cannot read the leader lock');
+      return null;
+    });
+    if (cur === null) return undefined;
+    if (!cur || cur.etag !== held.etag || cur.record.released) return { kind: 'elect' };
+    const now = performance.now();
+    if (!this.observed || this.observed.etag !== cur.etag) {
+      this.observed = { etag: cur.etag, since: now, fast: now - this.lastContact < FAST_TAKEOVER_WINDOW_MS };
+      log.warn({ leader: cur.record.nodeId, fast: this.observed.fast }, 'the leader is unreachable; watching its lock');
+      return undefined;
+    }
+    if (!mayTakeOver) return undefined;
+    const need = this.observed.fast ? this.o.ttlMs : this.o.watchIntervalMs + this.o.ttlMs;
+    const lastSeenAgeMs = Number(BigInt(nowNano()) - BigInt(cur.record.lastSeenNano)) / 1e6;
+    if (now - this.observed.since < need || lastSeenAgeMs < this.o.ttlMs) return undefined;
+    const won = await lock.replace({ ...self, term: cur.record.term + 1, lastSeenNano: nowNano() }, cur.etag);
+    M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
+    if (!won) return { kind: 'elect' };
+    log.warn({ previous: cur.record.nodeId, term: won.record.term, waitedMs: Math.round(now - this.observed.since) }, 'took over the leader lock');
+    return { kind: 'won', held: won };
+  }
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

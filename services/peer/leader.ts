@@ -1,0 +1,356 @@
+// A leader's term (docs/cluster.md): streams every durable batch of its storage to the
+// connected followers, answers storage once the batch may be acknowledged, keeps recent entries
+// for followers catching up, and keeps proving it still holds the lock.
+//
+// A batch may be acknowledged when every connected follower has fsynced it, and
+//  - no member of this term is disconnected (the followers' ACKs are the proof that nobody
+//    else can take over), or
+//  - some member is disconnected (or there is none): the batch is in the object store first
+//    (the store is then the replica the disconnected one will read), and the last successful
+//    lock touch is younger than the liveness TTL minus a margin (the disconnected one can take
+//    over only after it saw the lock unchanged that long).
+// A refused touch means deposed: everything in flight fails and the term ends.
+import type * as grpc from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
+import type { Logger } from '../../shared/log.js';
+import * as M from '../../shared/metrics.js';
+import { Errors } from '../../shared/errors.js';
+import { decodeFrames, encodeFrames } from '../storage/wal/frame.js';
+import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
+import { n, Role, type Progress, type Replicate, type StorageSide } from './storage-side.js';
+import type { Member, StateBoard } from './state.js';
+
+export interface LeaderOptions {
+  self: Member;
+  lock: LeaderLock;
+  held: HeldLock;
+  storage: StorageSide;
+  board: StateBoard;
+  log: Logger;
+  bufferSize: number;
+  ttlMs: number;
+  watchIntervalMs: number;
+}
+
+/** Lock touches while a member is disconnected (the spec's 2 s). */
+const TOUCH_MS = 2000;
+/** Heartbeats to followers, which answer each with an ACK. */
+const HEARTBEAT_MS = 500;
+/** A follower silent this long counts as disconnected. */
+const ACK_TIMEOUT_MS = 3000;
+/** A member disconnected this long is forgotten (see follower.ts: FAST_TAKEOVER_WINDOW_MS). */
+const FORGET_MS = 30_000;
+
+interface Chunk {
+  first: number;
+  last: number;
+  frames: Buffer;
+}
+
+interface FollowerConn {
+  member: Member;
+  call: grpc.ServerDuplexStream<any, unknown>;
+  durableThrough: number;
+  lastAckAt: number;
+}
+
+interface Batch extends Chunk {
+  revision: number;
+  since: number;
+  uploaded: boolean;
+  askedUpload: boolean;
+}
+
+export type LeaderEnd = 'deposed' | 'stopped' | 'storage-lost';
+
+export class Leadership {
+  readonly term: number;
+  private held: HeldLock;
+  private readonly followers = new Map<string, FollowerConn>();
+  /** Members of this term that are gone, and since when (monotonic ms). */
+  private readonly disconnected = new Map<string, number>();
+  private ring: Chunk[] = [];
+  private ringEntries = 0;
+  private ringTrimmed = false;
+  private lastIndex = 0;
+  committedThrough = 0;
+  committedRevision = 0;
+  private pending: Batch | undefined;
+  private lastTouchOk = performance.now();
+  private touching = false;
+  private lastTouchAttempt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private ended: ((why: LeaderEnd) => void) | undefined;
+  private done = false;
+  private readonly listeners: [string, (...a: any[]) => void][] = [];
+
+  constructor(private readonly o: LeaderOptions) {
+    this.held = o.held;
+    this.term = o.held.record.term;
+  }
+
+  /** Takes the role (storage applies its staged entries first); resolves when the term ends. */
+  async run(): Promise<LeaderEnd> {
+    const { storage, log } = this.o;
+    const ended = new Promise<LeaderEnd>((resolve) => (this.ended = resolve));
+    this.on('replicate', (r: Replicate) => this.onReplicate(r));
+    this.on('uploaded', (through: number) => {
+      if (this.pending && through >= this.pending.last) {
+        this.pending.uploaded = true;
+        this.evaluate();
+      }
+    });
+    this.on('detached', () => this.end('storage-lost'));
+    let p: Progress;
+    try {
+      p = await storage.setRole(Role.LEADER, this.term, true);
+    } catch {
+      this.end('storage-lost');
+      return ended;
+    }
+    this.lastIndex = p.durableThrough;
+    this.committedThrough = p.appliedThrough;
+    this.committedRevision = p.revision;
+    this.publishState();
+    M.replicationDegraded.set(1);
+    log.info({ term: this.term, index: this.committedThrough, revision: this.committedRevision }, 'leading');
+    this.timer = setInterval(() => this.tick(), HEARTBEAT_MS);
+    this.timer.unref();
+    return ended;
+  }
+
+  private on(event: string, fn: (...a: any[]) => void): void {
+    this.o.storage.on(event, fn);
+    this.listeners.push([event, fn]);
+  }
+
+  /** Ends the term: in-flight work fails, followers are cut off (they reconnect or elect). */
+  end(why: LeaderEnd): void {
+    if (this.done) return;
+    this.done = true;
+    clearInterval(this.timer);
+    for (const [e, fn] of this.listeners) this.o.storage.off(e, fn);
+    if (this.pending) {
+      const msg = why === 'deposed' ? 'etcdserver: leader changed' : 'etcdserver: no leader';
+      this.o.storage.replicated(this.pending.last, { code: status.UNAVAILABLE, message: msg });
+      this.pending = undefined;
+    }
+    for (const f of this.followers.values()) f.call.end();
+    this.followers.clear();
+    M.replicationDegraded.set(0);
+    this.o.log.warn({ term: this.term, why }, 'no longer leading');
+    this.ended?.(why);
+  }
+
+  /** Graceful hand-off: writes stop, followers catch up, the lock is released, they are told. */
+  async handOff(): Promise<void> {
+    if (this.done) return;
+    const { storage, lock, log } = this.o;
+    try {
+      await storage.setRole(Role.UNKNOWN, this.term);
+    } catch {}
+    const deadline = performance.now() + 3000;
+    while (performance.now() < deadline && [...this.followers.values()].some((f) => f.durableThrough < this.lastIndex)) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    try {
+      const released = await lock.replace({ ...this.held.record, released: true, lastSeenNano: nowNano() }, this.held.etag);
+      if (released) {
+        for (const f of this.followers.values()) f.call.write({ term: this.term, commitThrough: this.committedThrough, leaving: true });
+        log.info({ term: this.term }, 'released the leader lock; followers take over');
+      }
+    } catch (err) {
+      log.warn({ err: (err as Error).message }, 'could not release the leader lock; followers take over after the liveness TTL');
+    }
+    this.end('stopped');
+  }
+
+  // ---- replication -------------------------------------------------------------------------
+
+  private onReplicate(r: Replicate): void {
+    if (this.done) return;
+    this.remember({ first: r.first, last: r.last, frames: r.frames });
+    this.lastIndex = Math.max(this.lastIndex, r.last);
+    if (r.seed) return;
+    this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), uploaded: false, askedUpload: false };
+    const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
+    for (const f of this.followers.values()) f.call.write(msg);
+    this.evaluate();
+  }
+
+  private remember(c: Chunk): void {
+    this.ring.push(c);
+    this.ringEntries += c.last - c.first + 1;
+    while (this.ring.length > 1 && this.ringEntries - (this.ring[0].last - this.ring[0].first + 1) >= this.o.bufferSize) {
+      const old = this.ring.shift()!;
+      this.ringEntries -= old.last - old.first + 1;
+      this.ringTrimmed = true;
+    }
+  }
+
+  private get degraded(): boolean {
+    return this.followers.size === 0 || this.disconnected.size > 0;
+  }
+
+  /** The lock is ours for sure: see the header. */
+  fresh(): boolean {
+    const margin = this.o.ttlMs / 3;
+    const age = performance.now() - this.lastTouchOk;
+    return this.degraded ? age < this.o.ttlMs - margin : age < this.o.watchIntervalMs + this.o.ttlMs - margin;
+  }
+
+  private evaluate(): void {
+    const b = this.pending;
+    if (!b || this.done) return;
+    for (const f of this.followers.values()) if (f.durableThrough < b.last) return;
+    if (this.degraded && !b.uploaded) {
+      if (!b.askedUpload) {
+        b.askedUpload = true;
+        this.o.storage.replicated(b.last, { uploadFirst: true });
+      }
+      return;
+    }
+    if (!this.fresh()) {
+      // Waits for a touch (tick); past twice the TTL it fails. Followers may hold the batch:
+      // they are cut off, so that they drop it with this node's WAL.
+      if (performance.now() - b.since > 2 * this.o.ttlMs) {
+        this.pending = undefined;
+        this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message: 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)' });
+        for (const f of this.followers.values()) f.call.end();
+      }
+      return;
+    }
+    this.pending = undefined;
+    this.committedThrough = b.last;
+    this.committedRevision = b.revision;
+    this.o.storage.replicated(b.last);
+    const msg = { term: this.term, commitThrough: this.committedThrough };
+    for (const f of this.followers.values()) f.call.write(msg);
+  }
+
+  // ---- followers ---------------------------------------------------------------------------
+
+  /** Peer.Follow: a follower's stream. */
+  serve(call: grpc.ServerDuplexStream<any, unknown>): void {
+    let conn: FollowerConn | undefined;
+    call.on('data', (m: { hello?: { member: Member; fromIndex: unknown }; ack?: { durableThrough: unknown } }) => {
+      if (this.done) return;
+      if (m.hello && !conn) {
+        conn = this.admit(call, m.hello.member, n(m.hello.fromIndex as number));
+        return;
+      }
+      if (m.ack && conn) {
+        conn.durableThrough = Math.max(conn.durableThrough, n(m.ack.durableThrough as number));
+        conn.lastAckAt = performance.now();
+        this.evaluate();
+      }
+    });
+    const gone = () => {
+      if (!conn || this.followers.get(conn.member.nodeId) !== conn) return;
+      this.drop(conn, 'stream closed');
+    };
+    call.on('end', () => {
+      call.end();
+      gone();
+    });
+    call.on('error', gone);
+    call.on('cancelled', gone);
+  }
+
+  private admit(call: grpc.ServerDuplexStream<any, unknown>, member: Member, from: number): FollowerConn | undefined {
+    const { log } = this.o;
+    const ringFirst = this.ring.length ? this.ring[0].first : this.lastIndex + 1;
+    if (from > this.lastIndex + 1 || from < ringFirst) {
+      const reason = from > this.lastIndex + 1 ? 'stream_gap' : this.ringTrimmed ? 'ring_buffer_miss' : 'behind_leader_start';
+      log.info({ follower: member.nodeId, from, ringFirst, lastIndex: this.lastIndex, reason }, 'follower must catch up from the object store first');
+      call.write({ term: this.term, commitThrough: this.committedThrough, resync: reason });
+      call.end();
+      return undefined;
+    }
+    const old = this.followers.get(member.nodeId);
+    if (old) old.call.end();
+    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now() };
+    this.followers.set(member.nodeId, conn);
+    this.disconnected.delete(member.nodeId);
+    log.info({ follower: member.nodeId, from }, 'follower connected');
+    call.write({ term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true });
+    // What it lacks, from the buffer (the first chunk cut at `from`), then the live stream.
+    for (const c of this.ring) {
+      if (c.last < from) continue;
+      const frames = c.first >= from ? c.frames : encodeFrames(decodeFrames(c.frames).records.filter((r) => r.index >= BigInt(from)));
+      call.write({ term: this.term, first: Math.max(c.first, from), last: c.last, frames, commitThrough: this.committedThrough });
+    }
+    this.publishState();
+    return conn;
+  }
+
+  private drop(conn: FollowerConn, why: string): void {
+    this.followers.delete(conn.member.nodeId);
+    this.disconnected.set(conn.member.nodeId, performance.now());
+    conn.call.end();
+    this.o.log.warn({ follower: conn.member.nodeId, why }, 'follower disconnected; batches go to the object store first until it is back');
+    this.publishState();
+    this.evaluate();
+    void this.touch();
+  }
+
+  members(): Member[] {
+    return [this.o.self, ...[...this.followers.values()].map((f) => f.member)];
+  }
+
+  private publishState(): void {
+    this.o.board.update({ role: Role.LEADER, term: this.term, leader: this.o.self, members: this.members(), inSync: true, reason: '' });
+    M.replicationDegraded.set(this.degraded ? 1 : 0);
+    const msg = { term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true };
+    for (const f of this.followers.values()) f.call.write(msg);
+  }
+
+  // ---- liveness ----------------------------------------------------------------------------
+
+  private tick(): void {
+    if (this.done) return;
+    const now = performance.now();
+    for (const f of [...this.followers.values()]) {
+      if (now - f.lastAckAt > ACK_TIMEOUT_MS) this.drop(f, `no ACK for ${ACK_TIMEOUT_MS} ms`);
+      else f.call.write({ term: this.term, commitThrough: this.committedThrough });
+    }
+    for (const [id, since] of this.disconnected) {
+      if (now - since > FORGET_MS) {
+        this.disconnected.delete(id);
+        this.publishState();
+      }
+    }
+    const every = this.degraded ? TOUCH_MS : this.o.watchIntervalMs;
+    if (now - this.lastTouchAttempt >= every) void this.touch();
+    this.evaluate();
+  }
+
+  /** The conditional liveness write: success proves the lock is still ours. */
+  private async touch(): Promise<void> {
+    if (this.touching || this.done) return;
+    this.touching = true;
+    const started = performance.now();
+    this.lastTouchAttempt = started;
+    try {
+      const next = await this.o.lock.replace({ ...this.held.record, lastSeenNano: nowNano() }, this.held.etag);
+      if (this.done) return;
+      if (!next) {
+        this.o.log.error({ term: this.term }, 'the leader lock was taken by another node: deposed, stepping down');
+        return this.end('deposed');
+      }
+      this.held = next;
+      this.lastTouchOk = started;
+      this.evaluate();
+    } catch (err) {
+      this.o.log.warn({ err: (err as Error).message }, 'could not touch the leader lock (object store unreachable?); writes stop if it lasts');
+    } finally {
+      this.touching = false;
+    }
+  }
+
+  /** Peer.GetRevision / a linearizable read on this node: only while the lock is surely ours. */
+  readIndex(): { index: number; revision: number; term: number } {
+    if (this.done || !this.fresh()) throw Errors.noLeader;
+    return { index: this.committedThrough, revision: this.committedRevision, term: this.term };
+  }
+}

@@ -1,0 +1,290 @@
+// The peer process (cluster mode, docs/cluster.md): holds the node's role and term, runs the
+// election through the object-store lock, serves the peer port (--peer-listen) to the other
+// nodes, and serves its own node's storage, gateway and archiver on <data-dir>/run/peer.sock.
+import fs from 'node:fs';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
+import type { Config } from '../../shared/config.js';
+import { clientUrl, socketPath } from '../../shared/config.js';
+import { createLogger, type Logger } from '../../shared/log.js';
+import { parseDuration } from '../../shared/duration.js';
+import { service } from '../../shared/proto/index.js';
+import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
+import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
+import { installLifecycle, reportState, serveMetrics, signalReady } from '../../shared/component.js';
+import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
+import type { ObjectStore } from '../../shared/objectstore/store.js';
+import { Errors, EtcdError } from '../../shared/errors.js';
+import { memberIdOf } from '../../shared/cluster.js';
+import * as M from '../../shared/metrics.js';
+import { writeMetricsByOp } from '../../shared/metrics.js';
+import { LeaderLock, nowNano, type HeldLock } from './lock.js';
+import { StorageSide, Role } from './storage-side.js';
+import { StateBoard, type Member } from './state.js';
+import { Leadership } from './leader.js';
+import { Following, sleep } from './follower.js';
+import { catchUpFromStore } from './catch-up.js';
+import { peerClient, peerCredentials, type PeerCredentials } from './transport.js';
+
+/** The storage op numbers forwarded writes carry, for the forwarded-write metrics. */
+const METRIC_OP: Record<number, keyof typeof writeMetricsByOp | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
+
+export async function runPeer(cfg: Config): Promise<void> {
+  const log = createLogger('peer', cfg.logLevel, cfg.logFormat);
+  serveMetrics('peer');
+  const store = await openObjectStore({ ...objectStoreOptions(cfg), log });
+  const creds = peerCredentials(cfg);
+  const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg) };
+  const node = new PeerNode(cfg, self, store, creds, log);
+
+  const agent = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  agent.addService(service('kvs.peer.Agent'), {
+    Attach: (call: grpc.ServerDuplexStream<any, unknown>) => node.storage.serve(call),
+    State: (call: grpc.ServerWritableStream<unknown, unknown>) => node.board.subscribe(call),
+    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.forwardHandler('Write')),
+    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.forwardHandler('Lease')),
+    ReadIndex: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => node.readIndex().then((r) => cb(null, r), (err: EtcdError) => cb({ code: err.code, details: err.message })),
+  });
+  await bindUnix(agent, socketPath(cfg.dataDir, 'peer'));
+
+  const peer = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1, 'grpc.keepalive_permit_without_calls': 1 });
+  peer.addService(service('kvs.peer.Peer'), {
+    Follow: (call: grpc.ServerDuplexStream<any, unknown>) => {
+      if (!node.leadership) {
+        call.emit('error', { code: status.FAILED_PRECONDITION, details: `kvs: ${cfg.nodeId} is not the leader` });
+        return;
+      }
+      node.leadership.serve(call);
+    },
+    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.leaderHandler('Write')),
+    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.leaderHandler('Lease')),
+    GetRevision: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => {
+      try {
+        if (!node.leadership) throw Errors.noLeader;
+        cb(null, node.leadership.readIndex());
+      } catch (err) {
+        cb({ code: (err as EtcdError).code ?? status.UNAVAILABLE, details: (err as Error).message });
+      }
+    },
+  });
+  await new Promise<void>((resolve, reject) =>
+    peer.bindAsync(cfg.peerListen!, creds.server, (err) => (err ? reject(new Error(`--peer-listen ${cfg.peerListen}: ${err.message}`)) : resolve())),
+  );
+
+  const stopping = new AbortController();
+  const elections = node.run(stopping.signal);
+  installLifecycle(log, {
+    async stop() {
+      // A leader hands over (lead() answers the abort so), a follower just stops.
+      stopping.abort();
+      await elections;
+      node.close();
+      await shutdown(peer, 1000);
+      await shutdown(agent, 1000);
+      store.close();
+    },
+  });
+  log.info({ peerListen: cfg.peerListen, advertise: cfg.advertisePeer, tls: creds.tls, node: cfg.nodeId }, 'peer agent ready');
+  signalReady({ peerListen: cfg.peerListen });
+}
+
+/** The node's cluster role over time: elect, lead or follow, and again. */
+class PeerNode {
+  readonly storage: StorageSide;
+  readonly board = new StateBoard();
+  readonly lock: LeaderLock;
+  leadership: Leadership | undefined;
+  private following: Following | undefined;
+  private local: { Write: BatchLink; Lease: BatchLink } | undefined;
+  private remote: { leader: string; Write: BatchLink; Lease: BatchLink; client: grpc.Client & Record<string, any> } | undefined;
+  private readonly ttlMs: number;
+  private readonly retryMs: number;
+  private readonly termFile: string;
+
+  constructor(
+    private readonly cfg: Config,
+    private readonly self: Member,
+    private readonly store: ObjectStore,
+    private readonly creds: PeerCredentials,
+    private readonly log: Logger,
+  ) {
+    this.storage = new StorageSide(log);
+    this.lock = new LeaderLock(store);
+    this.ttlMs = parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
+    this.retryMs = parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');
+    this.termFile = path.join(cfg.dataDir, 'peer-term.json');
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    let won: HeldLock | undefined;
+    while (!signal.aborted) {
+      try {
+        const held = won ?? (await this.elect(signal));
+        won = undefined;
+        if (!held) {
+          await sleep(this.retryMs, signal);
+          continue;
+        }
+        this.seeTerm(held.record.term);
+        if (held.record.nodeId === this.self.nodeId) {
+          await this.lead(held, signal);
+          continue;
+        }
+        this.following = new Following({
+          self: this.self, lock: this.lock, held, store: this.store, storage: this.storage, board: this.board, creds: this.creds, log: this.log,
+          maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, signal,
+        });
+        const end = await this.following.run();
+        this.following = undefined;
+        if (end.kind === 'won') won = end.held;
+      } catch (err) {
+        if (signal.aborted) break;
+        this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: `no leader: ${(err as Error).message}` });
+        this.log.error({ err: (err as Error).message }, 'election failed; retrying');
+        await sleep(this.retryMs, signal);
+      }
+    }
+  }
+
+  /**
+   * Reads the lock: absent (or released, or our own from before a restart) -> take it with a
+   * new term; held by another node -> that node is the leader to follow.
+   */
+  private async elect(signal: AbortSignal): Promise<HeldLock | undefined> {
+    reportState('electing');
+    // A node leads only with its storage: without it, it would hold the lock and serve nothing.
+    await this.storage.whenAttached(signal);
+    const cur = await this.lock.read();
+    const term = Math.max(cur?.record.term ?? 0, this.seenTerm()) + 1;
+    const mine = { ...this.self, term, lastSeenNano: nowNano() };
+    if (!cur) {
+      const won = await this.lock.create(mine);
+      M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
+      return won ?? this.lock.read();
+    }
+    if (cur.record.nodeId === this.self.nodeId || cur.record.released) {
+      const won = await this.lock.replace(mine, cur.etag);
+      M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
+      return won ?? this.lock.read();
+    }
+    return cur;
+  }
+
+  /** Leads until deposed, storage is lost, or the node stops. */
+  private async lead(held: HeldLock, signal: AbortSignal): Promise<void> {
+    this.board.update({ role: Role.UNKNOWN, term: held.record.term, leader: this.self, inSync: false, reason: 'taking over as leader' });
+    await this.storage.whenAttached(signal);
+    // What a previous leader acknowledged while this node was cut off is in the object store.
+    await this.storage.setRole(Role.UNKNOWN, held.record.term);
+    await catchUpFromStore(this.store, this.storage, this.log);
+    const l = new Leadership({
+      self: this.self, lock: this.lock, held, storage: this.storage, board: this.board, log: this.log,
+      bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
+    });
+    this.leadership = l;
+    reportState(`leader, term ${held.record.term}`);
+    const onAbort = () => void l.handOff();
+    signal.addEventListener('abort', onAbort, { once: true });
+    const why = await l.run();
+    signal.removeEventListener('abort', onAbort);
+    this.leadership = undefined;
+    this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: 'no leader: electing' });
+    if (why === 'deposed') {
+      try {
+        await this.storage.setRole(Role.UNKNOWN, held.record.term);
+      } catch {}
+    }
+  }
+
+  /** The highest term this node has seen, kept across restarts (a new term always exceeds it). */
+  private seenTerm(): number {
+    try {
+      return Number(JSON.parse(fs.readFileSync(this.termFile, 'utf8')).term) || 0;
+    } catch {
+      return 0;
+    }
+  }
+
+  private seeTerm(term: number): void {
+    if (term <= this.seenTerm()) return;
+    fs.writeFileSync(this.termFile, JSON.stringify({ term }));
+  }
+
+  // ---- forwarding --------------------------------------------------------------------------
+
+  /** This node's storage streams (the leader's side of a forwarded write). */
+  private localLinks(): { Write: BatchLink; Lease: BatchLink } {
+    const sock = socketPath(this.cfg.dataDir, 'storage');
+    return (this.local ??= { Write: storageLink(sock, this.log, 'Write'), Lease: storageLink(sock, this.log, 'Lease') });
+  }
+
+  /** The current leader's Forward streams (a follower's side). */
+  private remoteLinks(leader: Member) {
+    if (this.remote?.leader !== leader.peerUrl) {
+      this.remote?.Write.close();
+      this.remote?.Lease.close();
+      this.remote?.client.close();
+      const client = peerClient(leader.peerUrl, this.creds);
+      const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
+      this.remote = { leader: leader.peerUrl, client, Write: new BatchLink(client, 'Forward', this.log, opts), Lease: new BatchLink(client, 'ForwardLease', this.log, opts) };
+    }
+    return this.remote;
+  }
+
+  /** Agent.Forward: the gateway's writes, to the leader (or, on the leader, to storage). */
+  forwardHandler(kind: 'Write' | 'Lease'): BatchHandler {
+    return (op, body, done, authRevision, traceParent) => {
+      const s = this.board.current;
+      if (s.role === Role.LEADER) return pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), done);
+      if (s.role !== Role.FOLLOWER || !s.leader) return done(Errors.noLeader);
+      const metricOp = kind === 'Write' ? METRIC_OP[op] : undefined;
+      const started = performance.now();
+      pipe(this.remoteLinks(s.leader)[kind].call(op, body, authRevision, traceParent), (r) => {
+        if (metricOp && r.code === 0) {
+          M.forwardedWritesTotal.inc({ op: metricOp });
+          M.forwardDuration.observe({ op: metricOp }, (performance.now() - started) / 1000);
+        }
+        done(r);
+      });
+    };
+  }
+
+  /** Peer.Forward on the leader: into this node's storage. */
+  leaderHandler(kind: 'Write' | 'Lease'): BatchHandler {
+    return (op, body, done, authRevision, traceParent) => {
+      if (!this.leadership) return done(Errors.noLeader);
+      pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), done);
+    };
+  }
+
+  /** The leader's committed position for a linearizable read here. */
+  async readIndex(): Promise<{ index: number; revision: number; term: number }> {
+    if (this.leadership) return this.leadership.readIndex();
+    const s = this.board.current;
+    if (s.role !== Role.FOLLOWER || !s.leader) throw Errors.noLeader;
+    const client = this.remoteLinks(s.leader).client;
+    return new Promise((resolve, reject) => {
+      client.GetRevision({}, { deadline: Date.now() + 5000 }, (err: grpc.ServiceError | null, r: { index: unknown; revision: unknown; term: unknown }) => {
+        if (err) return reject(err.code === status.UNAVAILABLE || err.code === status.DEADLINE_EXCEEDED ? Errors.noLeader : new EtcdError(err.code, err.details));
+        resolve({ index: Number(r.index), revision: Number(r.revision), term: Number(r.term) });
+      });
+    });
+  }
+
+  close(): void {
+    this.local?.Write.close();
+    this.local?.Lease.close();
+    this.remote?.Write.close();
+    this.remote?.Lease.close();
+    this.remote?.client.close();
+  }
+}
+
+function pipe(p: Promise<Buffer>, done: (r: BatchResult) => void): void {
+  p.then(
+    (body) => done({ body, code: 0, message: '' }),
+    (err: EtcdError) => done({ code: err.code ?? status.UNAVAILABLE, message: err.message }),
+  );
+}

@@ -1,0 +1,63 @@
+// The node's cluster state as the gateway and the archiver see it (Agent.State): role, term,
+// leader, members, and whether a follower has caught up. Subscribers get it at once and on
+// every change; the role metric follows it.
+import type * as grpc from '@grpc/grpc-js';
+import * as M from '../../shared/metrics.js';
+import { reportHealth } from '../../shared/component.js';
+import { Role, type RoleValue } from './storage-side.js';
+
+export interface Member {
+  nodeId: string;
+  memberId: string;
+  peerUrl: string;
+  clientUrl: string;
+}
+
+export interface ClusterState {
+  role: RoleValue;
+  term: number;
+  leader: Member | undefined;
+  members: Member[];
+  inSync: boolean;
+  reason: string;
+}
+
+const ROLE_NAMES = { [Role.LEADER]: 'leader', [Role.FOLLOWER]: 'follower' } as Record<number, string>;
+
+export class StateBoard {
+  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, members: [], inSync: false, reason: 'electing a leader' };
+  private readonly subscribers = new Set<grpc.ServerWritableStream<unknown, unknown>>();
+
+  constructor() {
+    M.role.set({ role: 'leader' }, 0);
+    M.role.set({ role: 'follower' }, 0);
+    M.role.set({ role: 'single' }, 0);
+  }
+
+  get current(): ClusterState {
+    return this.state;
+  }
+
+  update(change: Partial<ClusterState>): void {
+    this.state = { ...this.state, ...change };
+    for (const r of ['leader', 'follower']) M.role.set({ role: r }, ROLE_NAMES[this.state.role] === r ? 1 : 0);
+    const msg = this.message();
+    for (const s of this.subscribers) s.write(msg);
+    // /readyz: a follower is ready once it has caught up with its leader.
+    reportHealth({ writesRefused: this.state.inSync ? '' : this.state.reason });
+  }
+
+  subscribe(call: grpc.ServerWritableStream<unknown, unknown>): void {
+    this.subscribers.add(call);
+    call.write(this.message());
+    const done = () => this.subscribers.delete(call);
+    call.on('cancelled', done);
+    call.on('close', done);
+    call.on('error', done);
+  }
+
+  private message() {
+    const s = this.state;
+    return { role: s.role, term: s.term, leader: s.leader, members: s.members, inSync: s.inSync, reason: s.reason };
+  }
+}

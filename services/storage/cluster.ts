@@ -1,0 +1,195 @@
+// Storage's side of cluster mode: one long-lived `Agent.Attach` stream to this node's peer
+// agent (<data-dir>/run/peer.sock). Down it come the role (leader, follower, or none while
+// electing) and, on a follower, the leader's WAL entries with the commit position; up it go,
+// on a leader, each durable batch (answered once it may be acknowledged) and, on a follower,
+// what is fsynced and applied (the ACKs the leader waits for).
+//
+// The stream breaking means the peer agent restarted: nothing is acknowledged without it, so
+// a leader's batch in flight fails (outcome unknown) and the role is `none` until it is back.
+import * as grpc from '@grpc/grpc-js';
+import { service } from '../../shared/proto/index.js';
+import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { EtcdError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/log.js';
+import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
+import type { Engine } from './engine.js';
+
+const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
+
+export const Role = { UNKNOWN: 0, LEADER: 1, FOLLOWER: 2 } as const;
+
+type U64 = number | { toNumber(): number };
+const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());
+
+interface AgentMessage {
+  role?: { role: number; term: U64; degraded: boolean };
+  replicated?: { through: U64; uploadFirst: boolean; code: number; message: string };
+  entries?: { first: U64; last: U64; frames: Buffer; commitThrough: U64; committed: boolean };
+}
+
+interface Pending {
+  last: number;
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+export interface ClusterHooks {
+  /** Leader, degraded: upload every WAL record through `through` to the object store. */
+  uploadThrough(through: number): Promise<void>;
+  /** The node became leader (after its staged entries were applied). */
+  onLeader(term: number): void;
+  /** The node stopped being leader. */
+  onNotLeader(): void;
+}
+
+export class PeerAttach {
+  private readonly client: grpc.Client & Record<string, any>;
+  private stream: grpc.ClientDuplexStream<unknown, AgentMessage> | undefined;
+  private pending: Pending | undefined;
+  /** Messages are handled one at a time: a role change waits for the batch in flight. */
+  private chain: Promise<void> = Promise.resolve();
+  private closed = false;
+  private retryMs = 50;
+
+  constructor(
+    socket: string,
+    private readonly engine: Engine,
+    private readonly hooks: ClusterHooks,
+    private readonly log: Logger,
+    /** --peer-buffer-size: how many recent entries the leader's peer agent keeps. */
+    private readonly bufferSize = 10_000,
+  ) {
+    this.client = new AgentClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+    engine.replicate = (first, last, frames, revision) => this.replicate(first, last, frames, revision);
+    this.open();
+  }
+
+  private open(): void {
+    if (this.closed) return;
+    const stream = this.client.Attach() as grpc.ClientDuplexStream<unknown, AgentMessage>;
+    this.stream = stream;
+    const e = this.engine;
+    stream.write({ hello: { appliedIndex: e.appliedIndex, lastIndex: e.lastIndex, revision: e.revision } });
+    stream.on('data', (m: AgentMessage) => {
+      this.retryMs = 50;
+      if (m.replicated) return this.onReplicated(m.replicated);
+      this.chain = this.chain.then(() => this.handle(stream, m)).catch((err: Error) => {
+        // A follower that cannot append what its leader sent (a gap, a full disk) breaks the
+        // stream: the peer agent reconnects it from the applied position.
+        this.log.error({ err: err.message }, 'replicated entries not taken; reconnecting to the peer agent');
+        stream.cancel();
+      });
+    });
+    const broken = (err?: Error) => {
+      if (this.stream !== stream) return;
+      this.stream = undefined;
+      this.failPending('kvs: the peer agent went away before the write was replicated');
+      this.chain = this.chain.then(async () => {
+        const wasLeader = this.engine.role === 'leader';
+        await this.engine.becomeFollower('none', 0);
+        if (wasLeader) this.hooks.onNotLeader();
+      });
+      if (this.closed) return;
+      this.log.warn({ err: err?.message }, 'lost the peer agent; writes wait for it');
+      setTimeout(() => this.open(), this.retryMs).unref();
+      this.retryMs = Math.min(this.retryMs * 2, 1000);
+    };
+    stream.on('error', broken);
+    stream.on('end', () => broken());
+  }
+
+  private async handle(stream: grpc.ClientDuplexStream<unknown, AgentMessage>, m: AgentMessage): Promise<void> {
+    const e = this.engine;
+    if (m.role) {
+      const term = n(m.role.term);
+      if (m.role.role === Role.LEADER) {
+        if (e.role !== 'leader') {
+          e.becomeLeader(term);
+          this.log.info({ term, appliedIndex: e.appliedIndex, revision: e.revision }, 'storage is the leader\'s: taking writes');
+          this.seed(stream);
+          this.hooks.onLeader(term);
+        }
+      } else {
+        const wasLeader = e.role === 'leader';
+        await e.becomeFollower(m.role.role === Role.FOLLOWER ? 'follower' : 'none', term);
+        if (wasLeader) this.hooks.onNotLeader();
+      }
+      stream.write({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
+      return;
+    }
+    if (m.entries) {
+      const x = m.entries;
+      const records = x.frames?.length ? decodeFrames(x.frames).records : [];
+      e.appendReplicated(records, x.committed ? n(x.last) : n(x.commitThrough));
+      stream.write({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
+    }
+  }
+
+  /** Leader, at election: the recent entries of the WAL, for followers that lack them. */
+  private seed(stream: grpc.ClientDuplexStream<unknown, AgentMessage>): void {
+    const wal = this.engine.wal;
+    if (wal.isEmpty) return;
+    const last = wal.lastIndex;
+    let from = last - BigInt(this.bufferSize) + 1n;
+    if (from < wal.firstIndex) from = wal.firstIndex;
+    let chunk: WalRecord[] = [];
+    let bytes = 0;
+    const send = () => {
+      stream.write({ replicate: { first: Number(chunk[0]!.index), last: Number(chunk[chunk.length - 1]!.index), frames: encodeFrames(chunk), seed: true } });
+      chunk = [];
+      bytes = 0;
+    };
+    for (const rec of wal.readFrom(from)) {
+      chunk.push({ index: rec.index, payload: Buffer.from(rec.payload) });
+      bytes += rec.payload.length;
+      if (bytes > 4 * 1024 * 1024) send();
+    }
+    if (chunk.length) send();
+  }
+
+  /** Leader: resolves once the batch through `last` may be acknowledged. */
+  private replicate(first: number, last: number, frames: Buffer, revision: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (!this.stream) return reject(new Error('no peer agent'));
+      this.pending = { last, resolve, reject };
+      this.stream.write({ replicate: { first, last, frames, revision } });
+    });
+  }
+
+  private onReplicated(r: NonNullable<AgentMessage['replicated']>): void {
+    const p = this.pending;
+    if (!p || n(r.through) < p.last) return;
+    if (r.code) {
+      this.pending = undefined;
+      return p.reject(new EtcdError(r.code, r.message));
+    }
+    if (!r.uploadFirst) {
+      this.pending = undefined;
+      return p.resolve();
+    }
+    // Degraded: the object store is the replica. The agent answers again after the upload,
+    // checking then that this node still holds the lock.
+    const stream = this.stream;
+    this.hooks.uploadThrough(p.last).then(
+      () => stream?.write({ uploaded: { through: p.last } }),
+      (err: Error) => {
+        if (this.pending !== p) return;
+        this.pending = undefined;
+        p.reject(err);
+      },
+    );
+  }
+
+  private failPending(message: string): void {
+    const p = this.pending;
+    this.pending = undefined;
+    p?.reject(new Error(message));
+  }
+
+  close(): void {
+    this.closed = true;
+    this.failPending('kvs: storage is stopping');
+    this.stream?.end();
+    this.client.close();
+  }
+}
