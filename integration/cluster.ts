@@ -1,0 +1,83 @@
+// A kvs cluster for integration tests: N real `kvs run` nodes in cluster mode on loopback
+// (free client and peer ports, one shared object store), with helpers to find the leader.
+// The failure-detection knobs are set short (real flags, documented in docs/cluster.md) so
+// that failovers take seconds, not the defaults' ten.
+import { Etcd3 } from 'etcd3';
+import { freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
+
+/** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
+export const FAST_FAILOVER = ['--follower-retry-interval', '300ms', '--follower-max-retries', '3', '--leader-liveness-ttl', '1500ms'];
+
+export interface ClusterNode {
+  readonly id: string;
+  readonly peerPort: number;
+  /** The node's process (stop, kill9, restart, output, ctl). */
+  readonly kvs: KvsNode;
+  /** '127.0.0.1:PORT' of its client port. */
+  readonly endpoint: string;
+  /** A client of this node alone. */
+  readonly client: Etcd3;
+}
+
+export interface ClusterOptions {
+  objectStore?: ObjectStoreSpec;
+  /** Added to every node's flags (after FAST_FAILOVER, which they may override). */
+  args?: string[];
+  /** Node ids (default n1..nN). */
+  ids?: string[];
+}
+
+export interface TestCluster {
+  nodes: ClusterNode[];
+  objectStore: ObjectStoreSpec;
+  /** Starts one more node with the cluster's flags. */
+  add(id: string): Promise<ClusterNode>;
+}
+
+/** Starts `count` nodes one after another (the first becomes leader). */
+export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
+  const objectStore = opts.objectStore ?? (await localObjectStore(t, 'cluster/'));
+  const add = async (id: string): Promise<ClusterNode> => {
+    const peerPort = await freePort();
+    const kvs = await startKvs(t, {
+      objectStore,
+      args: ['--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? [])],
+    });
+    const client = new Etcd3({ hosts: `http://${kvs.endpoint}` });
+    onCleanup(t, () => client.close());
+    return { id, peerPort, kvs, endpoint: kvs.endpoint, client };
+  };
+  const ids = opts.ids ?? Array.from({ length: count }, (_, i) => `n${i + 1}`);
+  const nodes: ClusterNode[] = [];
+  for (const id of ids) nodes.push(await add(id));
+  const cluster = { nodes, objectStore, add };
+  await waitForLeader(nodes);
+  return cluster;
+}
+
+/** Each node's view: is it the leader (etcd's Status: leader == its own member id)? */
+async function leaderOf(node: ClusterNode): Promise<boolean | undefined> {
+  try {
+    const s = await node.client.maintenance.status();
+    return s.leader !== '0' && s.leader === s.header.member_id;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Waits until exactly one of `nodes` says it leads and every other one names it as leader,
+ * and returns it.
+ */
+export async function waitForLeader(nodes: ClusterNode[], deadlineMs = 60_000): Promise<ClusterNode> {
+  return pollUntil('one leader that every node names', async () => {
+    const statuses = await Promise.all(nodes.map((n) => n.client.maintenance.status().catch(() => undefined)));
+    if (statuses.some((s) => !s || s.leader === '0')) return undefined;
+    const leaders = new Set(statuses.map((s) => s!.leader));
+    if (leaders.size !== 1) return undefined;
+    const id = [...leaders][0];
+    return nodes.find((_, i) => statuses[i]!.header.member_id === id);
+  }, deadlineMs);
+}
+
+export { leaderOf };
