@@ -106,3 +106,120 @@ test('leases across nodes: granted on one, kept alive on another, revoked on a t
   await holder.stop();
   await waiter.until((out: string) => out.includes('waiter got it'));
 });
+
+/** Puts `prefix/<i>` in a loop through `c` until `stop`, recording what was acknowledged. */
+function writeLoop(c: ClusterNode['client'], prefix: string, acked: Map<string, number>, stop: { done: boolean }): Promise<void> {
+  return (async () => {
+    for (let i = 0; !stop.done; i++) {
+      try {
+        const r = await c.put(`${prefix}/${i}`).value(String(i)).exec();
+        acked.set(`${prefix}/${i}`, Number(r.header.revision));
+      } catch {
+        await new Promise((r) => setTimeout(r, 50)); // outcome unknown; try the next key
+      }
+    }
+  })();
+}
+
+/** Every revision from 2 to the current one, exactly once, from a watch of history. */
+async function assertContiguousHistory(node: ClusterNode, through: number): Promise<void> {
+  const revs: number[] = [];
+  const w = await node.client.watch().prefix('').startRevision('2').create();
+  w.on('put', (kv) => revs.push(Number(kv.mod_revision)));
+  w.on('delete', (kv) => revs.push(Number(kv.mod_revision)));
+  await pollUntil(`history through ${through} on ${node.id}`, async () => (revs.length && revs[revs.length - 1] >= through ? true : undefined), 20_000);
+  await w.cancel();
+  const distinct = [...new Set(revs)];
+  assert.deepEqual(distinct, Array.from({ length: distinct.length }, (_, i) => i + 2), `revisions on ${node.id} run on without gaps`);
+}
+
+test('kill -9 of the leader under load: a follower takes over, no acknowledged write is lost, revisions run on', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  const acked = new Map<string, number>();
+  const stop = { done: false };
+  const loops = nodes.map((n) => writeLoop(n.client, `load/${n.id}`, acked, stop));
+  await pollUntil('some writes acknowledged', async () => (acked.size >= 30 ? true : undefined), 20_000);
+  const killedAt = performance.now();
+  await leader.kvs.kill9();
+  const survivors = followersOf(nodes, leader);
+  const next = await waitForLeader(survivors);
+  const before = acked.size;
+  await pollUntil('writes acknowledged by the new leader', async () => (acked.size >= before + 30 ? true : undefined), 30_000);
+  t.diagnostic(`failover: ${next.id} leads ${Math.round(performance.now() - killedAt)} ms after the kill`);
+  stop.done = true;
+  await Promise.all(loops);
+
+  // Every acknowledged write is on every survivor, at the revision it was acknowledged with.
+  const revisions = new Set<number>();
+  for (const [key, rev] of acked) {
+    assert.ok(!revisions.has(rev), `revision ${rev} acknowledged twice`);
+    revisions.add(rev);
+  }
+  for (const n of survivors) {
+    for (const [key, rev] of acked) {
+      const got = await n.client.get(key).exec();
+      assert.equal(Number(got.kvs[0]?.mod_revision), rev, `${key} on ${n.id}`);
+    }
+  }
+  const current = Number((await next.client.get('x').exec()).header.revision);
+  for (const n of survivors) await assertContiguousHistory(n, current);
+
+  // The killed node restarts at once and follows, with everything.
+  await leader.kvs.restart();
+  const all = await waitForLeader(nodes);
+  assert.equal(all.id, next.id);
+  for (const [key, rev] of acked) {
+    const got = await leader.client.get(key).exec();
+    assert.equal(Number(got.kvs[0]?.mod_revision), rev, `${key} on the restarted ${leader.id}`);
+  }
+});
+
+test('SIGTERM of the leader hands over at once: a follower leads well before the liveness TTL', async (t) => {
+  // A long TTL: without a hand-off, a takeover would take over 10 s.
+  const { nodes } = await startCluster(t, 3, { args: ['--leader-liveness-ttl', '10s', '--follower-retry-interval', '1s'] });
+  const leader = await waitForLeader(nodes);
+  await leader.client.put('before').value('1').exec();
+  const started = performance.now();
+  await leader.kvs.stop('SIGTERM');
+  const survivors = followersOf(nodes, leader);
+  const next = await waitForLeader(survivors, 8_000);
+  const tookMs = performance.now() - started;
+  t.diagnostic(`hand-off: ${next.id} leads ${Math.round(tookMs)} ms after SIGTERM`);
+  await next.client.put('after').value('2').exec();
+  for (const n of survivors) assert.equal(await n.client.get('before').string(), '1');
+  assert.match(leader.kvs.output(), /released the leader lock/);
+});
+
+test('a deposed leader (paused past the TTL) steps down and rejoins as a follower by itself', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  await leader.client.put('k').value('before').exec();
+  process.kill(-leader.kvs.pid, 'SIGSTOP');
+  let resumed = false;
+  t.after(() => {
+    if (!resumed) process.kill(-leader.kvs.pid, 'SIGCONT');
+  });
+  const survivors = followersOf(nodes, leader);
+  const next = await waitForLeader(survivors);
+  await next.client.put('k').value('after').exec();
+  process.kill(-leader.kvs.pid, 'SIGCONT');
+  resumed = true;
+  // It finds its lock taken, stops leading and follows the new leader, without a restart.
+  const all = await waitForLeader(nodes);
+  assert.equal(all.id, next.id);
+  await pollUntil('the old leader serves the new history', async () => ((await leader.client.get('k').string()) === 'after' ? true : undefined), 20_000);
+  assert.match(leader.kvs.output(), /deposed|no longer leading/);
+});
+
+test('a node with an empty data directory joins a running cluster', async (t) => {
+  const cluster = await startCluster(t, 2);
+  const leader = await waitForLeader(cluster.nodes);
+  for (let i = 0; i < 200; i++) await leader.client.put(`pre/${i}`).value(String(i)).exec();
+  const fresh = await cluster.add('n9');
+  await waitForLeader([...cluster.nodes, fresh]);
+  await fresh.client.put('post').value('x').exec();
+  const keys = await fresh.client.getAll().prefix('pre/').keys();
+  assert.equal(keys.length, 200);
+  assert.equal(await fresh.client.get('post').string(), 'x');
+});

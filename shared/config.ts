@@ -126,6 +126,8 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   const out: Record<string, unknown> = {};
   for (const f of RUN_FLAGS) {
     let v: unknown = opts[f.flag];
+    // A flag given twice: the last one counts (as etcd's flags).
+    if (Array.isArray(v)) v = v[v.length - 1];
     if (v === undefined || v === '') v = env[f.env];
     if (v === undefined || v === '') v = f.default;
     if (f.type === 'boolean' && typeof v === 'string') v = v === 'true' || v === '1';
