@@ -25,6 +25,8 @@ export interface ClusterOptions {
   args?: string[];
   /** Node ids (default n1..nN). */
   ids?: string[];
+  /** Flags for one node, after the common ones (e.g. its own --metrics-addr). */
+  nodeArgs?: (id: string) => Promise<string[]>;
 }
 
 export interface TestCluster {
@@ -41,7 +43,7 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
     const peerPort = await freePort();
     const kvs = await startKvs(t, {
       objectStore,
-      args: ['--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? [])],
+      args: ['--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? [])],
     });
     const client = new Etcd3({ hosts: `http://${kvs.endpoint}` });
     onCleanup(t, () => client.close());

@@ -7,33 +7,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, REPO_ROOT, type Ctx } from './harness.js';
 import { SPEC_METRIC_NAMES } from '../shared/metrics.js';
+import { get, samples, value, type Sample } from './metrics-scrape.js';
 
 const PROMETHEUS_BIN = '/usr/bin/prometheus';
-
-interface Sample { name: string; labels: Record<string, string>; value: number }
-
-/** The samples of a Prometheus text exposition (enough of the format for these tests). */
-function samples(text: string): Sample[] {
-  const out: Sample[] = [];
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    assert.ok(m, `not an exposition line: ${line}`);
-    const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
-    out.push({ name: m[1]!, labels, value: Number(m[3]) });
-  }
-  return out;
-}
-
-function value(all: Sample[], name: string, labels: Record<string, string> = {}): number | undefined {
-  return all.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
-}
-
-async function get(addr: string, urlPath: string, init?: RequestInit): Promise<{ status: number; body: string }> {
-  const res = await fetch(`http://${addr}${urlPath}`, init);
-  return { status: res.status, body: await res.text() };
-}
 
 async function metricsNode(t: Ctx, args: string[] = []) {
   const addr = `127.0.0.1:${await freePort()}`;

@@ -204,22 +204,34 @@ export class Leadership {
     if (!b || this.done) return;
     for (const f of this.followers.values()) if (f.durableThrough < b.last) return;
     if (this.degraded && !b.uploaded) {
-      if (!b.askedUpload) {
+      // Only while the lock is surely ours: a deposed leader must not add to the uploaded WAL.
+      if (!b.askedUpload && this.fresh()) {
         b.askedUpload = true;
         this.o.storage.replicated(b.last, { uploadFirst: true });
       }
+      if (!b.askedUpload) this.failIfStale(b);
       return;
     }
-    if (!this.fresh()) {
-      // Waits for a touch (tick); past twice the TTL it fails. Followers may hold the batch:
-      // they are cut off, so that they drop it with this node's WAL.
-      if (performance.now() - b.since > 2 * this.o.ttlMs) {
-        this.pending = undefined;
-        this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message: 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)' });
-        for (const f of this.followers.values()) f.call.end();
-      }
-      return;
+    if (!this.fresh()) this.failIfStale(b);
+    else this.commit(b);
+  }
+
+  /** Waits for a touch (tick); past twice the TTL the batch fails. */
+  private failIfStale(b: Batch): void {
+    if (performance.now() - b.since <= 2 * this.o.ttlMs) return;
+    this.pending = undefined;
+    // Storage drops the batch from its WAL: so does the buffer (the next batch reuses the indices).
+    while (this.ring.length && this.ring[this.ring.length - 1].last >= b.first) {
+      const c = this.ring.pop()!;
+      this.ringEntries -= c.last - c.first + 1;
     }
+    this.lastIndex = b.first - 1;
+    this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message: 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)' });
+    // Followers may hold the batch: they are cut off, so that they drop it with this node's WAL.
+    for (const f of this.followers.values()) f.call.end();
+  }
+
+  private commit(b: Batch): void {
     this.pending = undefined;
     this.committedThrough = b.last;
     this.committedRevision = b.revision;

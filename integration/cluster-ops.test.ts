@@ -1,0 +1,91 @@
+// Operating a cluster: its metrics and readiness, a follower that fell out of the leader's
+// buffer of recent entries, and restarting one component of a node (docs/cluster.md).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { freePort, pollUntil } from './harness.js';
+import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { get, scrape, value } from './metrics-scrape.js';
+
+async function withMetrics() {
+  const addrs = new Map<string, string>();
+  const nodeArgs = async (id: string) => {
+    const addr = `127.0.0.1:${await freePort()}`;
+    addrs.set(id, addr);
+    return ['--metrics-addr', addr];
+  };
+  return { addrs, nodeArgs };
+}
+
+test('cluster metrics and /readyz: role, elections, forwarded writes, degraded replication', async (t) => {
+  const { addrs, nodeArgs } = await withMetrics();
+  const { nodes } = await startCluster(t, 3, { nodeArgs });
+  const leader = await waitForLeader(nodes);
+  const followers = nodes.filter((n) => n !== leader);
+  const addr = (n: ClusterNode) => addrs.get(n.id)!;
+
+  for (const n of nodes) {
+    await pollUntil(`/readyz on ${n.id}`, async () => ((await get(addr(n), '/readyz')).status === 200 ? true : undefined), 30_000);
+    const m = await scrape(addr(n));
+    const role = n === leader ? 'leader' : 'follower';
+    assert.equal(value(m, 'kvs_role', { role }), 1, `${n.id} is ${role}`);
+    assert.equal(value(m, 'kvs_role', { role: 'single' }), 0);
+  }
+  assert.ok((value(await scrape(addr(leader)), 'kvs_elections_total', { outcome: 'won' }) ?? 0) >= 1);
+
+  await followers[0].client.put('via-follower').value('1').exec();
+  const fm = await scrape(addr(followers[0]));
+  assert.equal(value(fm, 'kvs_forwarded_writes_total', { op: 'put' }), 1);
+  assert.equal(value(fm, 'kvs_forward_duration_seconds_count', { op: 'put' }), 1);
+
+  // Every follower ACKs: not degraded. One gone: the leader uploads each batch first.
+  await pollUntil('not degraded', async () => (value(await scrape(addr(leader)), 'kvs_replication_degraded') === 0 ? true : undefined), 20_000);
+  await followers[1].kvs.kill9();
+  await pollUntil('degraded', async () => (value(await scrape(addr(leader)), 'kvs_replication_degraded') === 1 ? true : undefined), 20_000);
+  await leader.client.put('while-degraded').value('1').exec();
+  assert.equal(await followers[0].client.get('while-degraded').string(), '1');
+});
+
+test('a follower that fell out of the leader\'s buffer catches up from the object store (ring_buffer_miss)', async (t) => {
+  const { addrs, nodeArgs } = await withMetrics();
+  const { nodes } = await startCluster(t, 2, { nodeArgs, args: ['--peer-buffer-size', '5'] });
+  const leader = await waitForLeader(nodes);
+  const follower = nodes.find((n) => n !== leader)!;
+  // Paused (not restarted, which would fetch the uploaded WAL at boot): the leader drops it,
+  // writes on, and trims its buffer of 5 entries far past it.
+  process.kill(-follower.kvs.pid, 'SIGSTOP');
+  let resumed = false;
+  t.after(() => {
+    if (!resumed) process.kill(-follower.kvs.pid, 'SIGCONT');
+  });
+  await pollUntil('the leader drops the paused follower', async () => (value(await scrape(addrs.get(leader.id)!), 'kvs_replication_degraded') === 1 ? true : undefined), 20_000);
+  for (let i = 0; i < 50; i++) await leader.client.put(`away/${i}`).value(String(i)).exec();
+  process.kill(-follower.kvs.pid, 'SIGCONT');
+  resumed = true;
+  await pollUntil('the follower has every key', async () => ((await follower.client.getAll().prefix('away/').keys()).length === 50 ? true : undefined), 60_000);
+  const m = await scrape(addrs.get(follower.id)!);
+  assert.ok((value(m, 'kvs_follower_resyncs_total', { reason: 'ring_buffer_miss' }) ?? 0) >= 1, `the resync is counted by reason\n${follower.kvs.output().split('\n').filter((l) => l.includes('"peer"') || l.includes('archiver')).slice(-30).join('\n')}`);
+});
+
+test('kvs ctl restart peer (and storage) on the leader and a follower loses no acknowledged write', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  const follower = nodes.find((n) => n !== leader)!;
+  const written: string[] = [];
+  for (const [n, component] of [[follower, 'peer'], [follower, 'storage'], [leader, 'peer'], [leader, 'storage']] as const) {
+    await n.client.put(`before-${n.id}-${component}`).value('1').exec();
+    written.push(`before-${n.id}-${component}`);
+    const r = await n.kvs.ctl(['restart', component]);
+    assert.equal(r.exitCode, 0, r.stderr);
+    const now = await waitForLeader(nodes);
+    await pollUntil('writes taken again', async () => {
+      try {
+        await now.client.put(`after-${n.id}-${component}`).value('1').exec();
+        return true;
+      } catch {
+        return undefined;
+      }
+    }, 30_000);
+    written.push(`after-${n.id}-${component}`);
+  }
+  for (const n of nodes) for (const k of written) assert.equal(await n.client.get(k).string(), '1', `${k} on ${n.id}`);
+});
