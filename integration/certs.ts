@@ -81,3 +81,23 @@ export async function makeCa(t: Ctx, cn = 'kvs-test-ca'): Promise<Ca> {
   };
   return ca;
 }
+
+/** A key pair for JWT tokens (etcd's --auth-token jwt,priv-key=...,pub-key=...), as PEM files. */
+export interface JwtKeyFiles {
+  priv: string;
+  pub: string;
+}
+
+/**
+ * A JWT signing key pair made with openssl in a temp dir removed when `t` finishes: RSA 2048
+ * (PKCS#8) for RS* and PS*, EC P-256 (SEC 1) for ES256.
+ */
+export async function makeJwtKeys(t: Ctx, kind: 'rsa' | 'ec', name = 'jwt'): Promise<JwtKeyFiles> {
+  const dir = await tempDir(t, 'kvs-jwt-keys-');
+  const priv = path.join(dir, `${name}.key`);
+  const pub = path.join(dir, `${name}.pub`);
+  if (kind === 'rsa') await openssl(dir, ['genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', priv]);
+  else await openssl(dir, ['ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', priv]);
+  await openssl(dir, ['pkey', '-in', priv, '-pubout', '-out', pub]);
+  return { priv, pub };
+}

@@ -3,6 +3,7 @@
 import path from 'node:path';
 import { parseDuration } from './duration.js';
 import { clientTlsFiles } from './grpc/client-tls.js';
+import { formatAuthToken, loadJwtKeys, parseAuthToken } from './auth/token-options.js';
 
 export interface FlagSpec {
   flag: string;
@@ -49,7 +50,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('auth-enabled', 'boolean', 'Enforce the Auth API (needs a root user with the root role); without it, auth enabled on the data is disabled at start', 'false'),
   flag('token-ttl', 'number', 'Lifetime of simple auth tokens in seconds, renewed while in use (etcd\'s --auth-token-ttl)', '300'),
   flag('bcrypt-cost', 'number', 'bcrypt cost of stored password hashes (4-31)', '10'),
-  flag('auth-token', 'string', 'Token type: simple (etcd\'s --auth-token; jwt is not supported yet)', 'simple'),
+  flag('auth-token', 'string', 'Token type, in etcd\'s --auth-token syntax: simple, or jwt,sign-method=RS256|ES256|...,priv-key=FILE[,pub-key=FILE][,ttl=5m] (docs/security.md)', 'simple'),
   flag('client-tls-cert', 'string', 'PEM certificate (chain) of the client port; with --client-tls-key the port speaks TLS only (re-read when the file changes)'),
   flag('client-tls-key', 'string', 'PEM private key of --client-tls-cert'),
   flag('client-tls-ca', 'string', 'PEM CA bundle; clients must present a certificate it signed (mutual TLS)'),
@@ -160,9 +161,9 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   autoCompact(cfg);
   if (cfg.tokenTtl < 1) throw new Error(`--token-ttl must be at least 1 (seconds), got ${cfg.tokenTtl}`);
   if (cfg.bcryptCost < 4 || cfg.bcryptCost > 31) throw new Error(`--bcrypt-cost must be between 4 and 31, got ${cfg.bcryptCost}`);
-  if (cfg.authToken !== 'simple') {
-    throw new Error(`--auth-token ${cfg.authToken.split(',')[0]} is not supported: kvs issues etcd's simple tokens only (--auth-token simple)`);
-  }
+  const authToken = parseAuthToken(cfg.authToken);
+  if (authToken.type === 'jwt') loadJwtKeys(authToken); // fail now, naming the problem, rather than in the gateway
+  cfg.authToken = formatAuthToken(authToken);
   const tlsFiles = clientTlsFiles(cfg);
   if (tlsFiles) Object.assign(cfg, { clientTlsCert: tlsFiles.cert, clientTlsKey: tlsFiles.key, clientTlsCa: tlsFiles.ca });
   checkCluster(cfg);

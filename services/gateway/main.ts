@@ -31,6 +31,7 @@ import { TokenRenewer } from './auth/renewer.js';
 import { authService } from './auth/service.js';
 import { checkAll, watchAuthorizer } from './auth/wrap.js';
 import { maintenanceChecks, lockChecks, electionChecks } from './auth/concurrency.js';
+import { jwtTokens, verifiedFirst } from './auth/jwt.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
@@ -60,7 +61,8 @@ export async function runGateway(cfg: Config): Promise<void> {
     closers.push(fw, fl, view);
   }
   const renewer = new TokenRenewer(link, log);
-  const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000 });
+  const jwt = jwtTokens(cfg.authToken, log);
+  const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000, jwt });
   serveMetrics('gateway', () => {
     const c = hub.counts();
     M.watchActive.set(c.watchers);
@@ -83,9 +85,9 @@ export async function runGateway(cfg: Config): Promise<void> {
     watch,
     guarded(lockService(concurrency, log, stopping.signal), lockChecks),
     guarded(electionService(concurrency, log, stopping.signal), electionChecks),
-    authService(db, link, gate, node, log, { bcryptCost: cfg.bcryptCost }),
+    authService(db, link, gate, node, log, { bcryptCost: cfg.bcryptCost, jwt }),
   ]) {
-    server.addService(def as never, impl as Record<string, unknown>);
+    server.addService(def as never, (jwt ? verifiedFirst(jwt, impl) : impl) as Record<string, unknown>);
   }
   await server.listen(cfg.listen);
   installLifecycle(log, {

@@ -2,6 +2,8 @@
 // (auth/store.go), read from LMDB on every request (after the caller's resetReadTxn), so a
 // revoked role, a deleted user or a changed password counts from the next request on. Only the
 // merged permissions of a user are cached, per auth revision (any auth change drops them).
+// A simple token is looked up in LMDB; a JWT (--auth-token jwt) was verified before the handler
+// ran (jwt.ts) and carries its user and the auth revision of its login.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { authMeta, getRole, getToken, getUser, hasRootRole, tokenDigest } from '../../../shared/auth/tables.js';
@@ -9,6 +11,7 @@ import { inReservedSpace, mergePerms, permitted, type UserPerms } from '../../..
 import type { Checks } from '../../../shared/auth/requests.js';
 import { leaseKeys } from '../../../shared/mvcc/leases.js';
 import { bigint as toBigint } from '../../../shared/proto/index.js';
+import type { JwtTokens } from './jwt.js';
 
 /** The part of a server call the gate reads. */
 export interface CallLike {
@@ -39,6 +42,8 @@ export interface GateOptions {
   renew?: (digest: Buffer) => void;
   /** --token-ttl in ms: a token used within its last half is renewed. */
   tokenTtlMs?: number;
+  /** --auth-token jwt: tokens are JWTs, verified (before the handler runs) by this. */
+  jwt?: JwtTokens;
 }
 
 export class AuthGate {
@@ -66,8 +71,14 @@ export class AuthGate {
   }
 
   identify(call: CallLike, revision: number): Caller {
-    const token = firstString(call.metadata.get('token')) ?? firstString(call.metadata.get('authorization'));
+    const token = presentedToken(call);
     if (token === undefined) return new Caller(this, peerCommonName(call) ?? '', revision);
+    if (this.opts.jwt) {
+      // Verified before the handler ran (jwt.ts); expiry is checked here, at every use.
+      const claims = this.opts.jwt.claims(call, token);
+      if (!claims) throw AuthErrors.invalidAuthToken;
+      return new Caller(this, claims.username, revision, claims.revision);
+    }
     const digest = tokenDigest(token);
     const stored = getToken(this.db, digest);
     const now = this.now();
@@ -96,6 +107,11 @@ export class AuthGate {
   }
 }
 
+/** The token a call carries (etcd: the `token` metadata, else `authorization`). */
+export function presentedToken(call: CallLike): string | undefined {
+  return firstString(call.metadata.get('token')) ?? firstString(call.metadata.get('authorization'));
+}
+
 function firstString(v: unknown[] | undefined): string | undefined {
   const x = v?.[0];
   if (x === undefined) return undefined;
@@ -104,18 +120,31 @@ function firstString(v: unknown[] | undefined): string | undefined {
 
 const NONE = new Uint8Array(0);
 
-/** An identified caller while auth is enabled: user '' is a request without credentials. */
+/**
+ * An identified caller while auth is enabled: user '' is a request without credentials.
+ * `tokenRevision`: the auth revision a JWT was issued at (its `revision` claim).
+ */
 export class Caller implements Checks {
-  constructor(private readonly gate: AuthGate, readonly user: string, readonly revision: number) {}
+  constructor(private readonly gate: AuthGate, readonly user: string, readonly revision: number, readonly tokenRevision?: number) {}
 
-  /** etcd's requireAuthInfo: a user is needed (Lease calls, Status, Compact in later releases). */
-  requireUser(): void {
-    if (this.user === '') throw AuthErrors.userEmpty;
+  /** A JWT issued before the last change of users, roles or the enabled flag. */
+  private get staleToken(): boolean {
+    return this.tokenRevision !== undefined && this.tokenRevision !== this.revision;
   }
 
-  /** etcd's IsAdminPermitted. */
+  /**
+   * etcd's requireAuthInfo: a user is needed (Lease calls, Status, Compact in later releases).
+   * A JWT whose user has been deleted since it was issued no longer counts (a simple token is
+   * deleted with its user).
+   */
+  requireUser(): void {
+    if (this.user === '') throw AuthErrors.userEmpty;
+    if (this.staleToken && !this.gate.compiled(this.user, this.revision).exists) throw AuthErrors.authOldRevision;
+  }
+
+  /** etcd's IsAdminPermitted (the current user and roles decide, whatever a JWT's revision). */
   admin(): void {
-    this.requireUser();
+    if (this.user === '') throw AuthErrors.userEmpty;
     const c = this.gate.compiled(this.user, this.revision);
     if (!c.exists) throw AuthErrors.userNotFound;
     if (!c.root) throw AuthErrors.permissionDenied;
@@ -135,6 +164,9 @@ export class Caller implements Checks {
     // The reserved key space is refused to everyone, root included (the spec's rule 6).
     if (inReservedSpace(key, rangeEnd)) throw AuthErrors.permissionDenied;
     this.requireUser();
+    // etcd's isOpPermitted and doSerialize: a JWT issued at another auth revision is refused
+    // (clients then log in again), so a changed password or revoked role counts at once.
+    if (this.staleToken) throw AuthErrors.authOldRevision;
     const c = this.gate.compiled(this.user, this.revision);
     if (!c.exists) throw AuthErrors.permissionDenied;
     if (c.root) return;

@@ -1,7 +1,8 @@
 // etcdserverpb.Auth. Writes go to storage on the Write stream (through the WAL), after the
 // gateway checked the caller (root, while auth is enabled) and hashed any password; reads
 // (UserGet/List, RoleGet/List) are answered here from LMDB. Authenticate checks the password
-// here (bcrypt off the event loop, the lockout first), and storage issues the token.
+// here (bcrypt off the event loop, the lockout first), and storage issues the token (a simple
+// token, through the WAL) or the gateway signs it (a JWT, --auth-token jwt: nothing stored).
 import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
 import { service, encode } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
@@ -18,10 +19,13 @@ import { Op } from '../../storage/engine.js';
 import type { AuthGate, Caller } from './gate.js';
 import { Lockout } from './lockout.js';
 import { checkPassword, hashPassword } from './passwords.js';
+import type { JwtTokens } from './jwt.js';
 
 export interface AuthServiceOptions {
   bcryptCost: number;
   lockout?: Lockout;
+  /** --auth-token jwt: Authenticate answers a JWT signed here instead of a simple token from storage. */
+  jwt?: JwtTokens;
 }
 
 type Handler = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => void;
@@ -72,6 +76,19 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
     if (req.options?.noPassword) return { ...req, password: '' };
     // Nothing to hash for: the answer will be an error (name empty, user exists or missing).
     return { ...req, password: await hashPassword(req.password, opts.bcryptCost) };
+  };
+
+  /**
+   * A JWT for `name`, whose password (`hash`) was just checked: signed with the auth revision
+   * now, if the user still has that hash (as storage checks before issuing a simple token).
+   */
+  const jwtToken = async (jwt: JwtTokens, name: string, hash: Buffer) => {
+    db.env.resetReadTxn();
+    const meta = authMeta(db);
+    if (!meta.enabled) throw AuthErrors.authNotEnabled;
+    const user = getUser(db, name);
+    if (!user || user.noPassword || !user.password.equals(hash)) throw AuthErrors.authFailed;
+    return { header: header(), token: await jwt.sign(name, meta.revision) };
   };
 
   const impl: Record<string, Handler> = {
@@ -157,9 +174,14 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
         if (!user) throw fail();
         if (user.noPassword) throw fail(AuthErrors.noPasswordUser);
         if (!(await checkPassword(password, user.password))) throw fail();
-        // Storage issues the token if the hash it holds is still the one checked here.
-        const body = encode('etcdserverpb.AuthenticateRequest', { name, password: user.password.toString('latin1') });
-        const res = await link.call(Op.AUTHENTICATE, body);
+        let res: unknown;
+        if (opts.jwt) {
+          res = await jwtToken(opts.jwt, name, user.password);
+        } else {
+          // Storage issues the token if the hash it holds is still the one checked here.
+          const body = encode('etcdserverpb.AuthenticateRequest', { name, password: user.password.toString('latin1') });
+          res = await link.call(Op.AUTHENTICATE, body);
+        }
         lockout.succeed(name);
         outcome('success');
         return res;
