@@ -85,6 +85,22 @@ function ctlCall(opts: Record<string, unknown>, method: string, req: object): Pr
 }
 
 prog
+  .command('local-cluster')
+  .describe('Start a cluster of nodes on this machine for trying cluster mode out (one local-directory object store, logs in --dir)')
+  .option('--nodes', 'How many nodes', 3)
+  .option('--dir', 'Where the nodes keep their data, logs and object store', './kvs-local-cluster')
+  .option('--base-port', 'Client port of n1; node i uses base + 10(i-1) for clients and one more for peers', 3379)
+  .example('local-cluster')
+  .example('local-cluster --nodes 5 --base-port 4379')
+  .action(async (opts: Record<string, unknown>) => {
+    try {
+      await (await import('./commands/local-cluster.js')).localCluster({ nodes: Number(opts.nodes), dir: String(opts.dir), basePort: Number(opts['base-port']), extra: [] });
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+prog
   .command('ctl <action> [component]')
   .describe('Talk to a running node: `status` lists its components, `restart <component>` restarts one, `checkpoint` writes a checkpoint now')
   .option('--data-dir', 'Data directory of the node (env KVS_DATA_DIR, default ./kvs-data)')
