@@ -10,6 +10,7 @@ import { createHash } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { root, service } from '../shared/proto/index.js';
+import { startCluster, waitForLeader } from './cluster.js';
 import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
 
 export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;
@@ -97,27 +98,42 @@ const watchRequest = root.lookupType('etcdserverpb.WatchRequest');
 const watchResponse = root.lookupType('etcdserverpb.WatchResponse');
 
 export class Endpoint {
-  /** One client per etcd service, made on first use. */
+  /** One client per etcd service and address, made on first use. */
   private readonly clients = new Map<string, GenericClient>();
+  private readonly addresses: string[];
 
-  constructor(private readonly t: Ctx, readonly name: string, readonly address: string) {}
+  /**
+   * `address`: one server, or the nodes of a kvs cluster, of which every request (and every
+   * watch stream) goes to one picked by `pick` (a seeded generator: a failure can be replayed).
+   */
+  constructor(private readonly t: Ctx, readonly name: string, address: string | string[], private readonly pick: () => number = () => 0) {
+    this.addresses = Array.isArray(address) ? address : [address];
+  }
 
-  private client(serviceName: string): GenericClient {
-    let c = this.clients.get(serviceName);
+  get address(): string {
+    return this.addresses[Math.floor(this.pick() * this.addresses.length)]!;
+  }
+
+  private client(serviceName: string, address = this.address): GenericClient {
+    let c = this.clients.get(`${serviceName} ${address}`);
     if (!c) {
       const Ctor = grpc.makeGenericClientConstructor(service(serviceName), serviceName);
-      const made = new Ctor(this.address, grpc.credentials.createInsecure()) as unknown as GenericClient;
+      const made = new Ctor(address, grpc.credentials.createInsecure()) as unknown as GenericClient;
       onCleanup(this.t, () => made.close());
-      this.clients.set(serviceName, (c = made));
+      this.clients.set(`${serviceName} ${address}`, (c = made));
     }
     return c;
   }
 
   /** A new Watch stream; its responses arrive as plain objects in `inbox`. */
   watch(t: Ctx): ResponseQueue {
-    const client = new WatchClient(this.address, grpc.credentials.createInsecure()) as unknown as Record<string, () => grpc.ClientDuplexStream<unknown, unknown>> & grpc.Client;
+    const address = this.address;
+    const client = new WatchClient(address, grpc.credentials.createInsecure()) as unknown as Record<string, () => grpc.ClientDuplexStream<unknown, unknown>> & grpc.Client;
     const call = client.Watch!();
-    const inbox = new ResponseQueue(this.name, call);
+    // On a cluster node, each request waits until the node caught up (see call()): a watch's
+    // headers carry the node's revision, which may lag another node's acknowledged write.
+    const sync = this.addresses.length > 1 ? () => this.sync(address) : undefined;
+    const inbox = new ResponseQueue(this.name, call, sync);
     onCleanup(t, () => {
       call.cancel();
       client.close();
@@ -141,10 +157,23 @@ export class Endpoint {
   }
 
   /** A unary call to `method` of `serviceName` (KV unless told). */
-  call(method: string, msg: protobuf.Message, serviceName = KV): Promise<Outcome> {
+  async call(method: string, msg: protobuf.Message, serviceName = KV): Promise<Outcome> {
     const { res } = methodTypes(method, serviceName);
+    const address = this.address;
+    // A serializable read on a cluster node may lag what another node acknowledged, as on an
+    // etcd follower: the node first catches up (a linearizable read), then serves it.
+    if (this.addresses.length > 1 && method === 'Range' && (msg as unknown as { serializable?: boolean }).serializable) await this.sync(address);
+    return this.callOn(address, method, msg, serviceName, res);
+  }
+
+  /** A linearizable read on `address`: the node has applied everything acknowledged before. */
+  private async sync(address: string): Promise<void> {
+    await this.callOn(address, 'Range', encodeRequest('Range', { key: '\0kvs-differential-sync' }), KV);
+  }
+
+  private callOn(address: string, method: string, msg: protobuf.Message, serviceName: string, res = methodTypes(method, serviceName).res): Promise<Outcome> {
     return new Promise((resolve) => {
-      this.client(serviceName)[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
+      this.client(serviceName, address)[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
         if (err) resolve({ error: { code: err.code, details: err.details } });
         else resolve({ ok: plain(res, out as Record<string, unknown>) });
       });
@@ -232,7 +261,9 @@ export class ResponseQueue {
   private wake: (() => void) | undefined;
   private ended: string | undefined;
 
-  constructor(readonly name: string, readonly call: grpc.ClientDuplexStream<unknown, unknown>) {
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(readonly name: string, readonly call: grpc.ClientDuplexStream<unknown, unknown>, private readonly sync?: () => Promise<void>) {
     call.on('data', (m: unknown) => {
       this.got.push(plain(watchResponse, m as Record<string, unknown>));
       this.wake?.();
@@ -248,7 +279,12 @@ export class ResponseQueue {
   }
 
   send(msg: protobuf.Message): void {
-    this.call.write(msg);
+    if (!this.sync) {
+      this.call.write(msg);
+      return;
+    }
+    const sync = this.sync;
+    this.chain = this.chain.then(sync).then(() => void this.call.write(msg));
   }
 
   /** Responses received and not taken yet. */
@@ -334,8 +370,20 @@ export class WatchPair {
   }
 }
 
-/** Starts etcd and kvs (in parallel) for `t`; both are stopped when `t` ends. */
+/**
+ * Starts etcd and kvs (in parallel) for `t`; both are stopped when `t` ends. With
+ * KVS_DIFFERENTIAL_CLUSTER=N in the environment, kvs is a cluster of N nodes and every request
+ * goes to a node picked at random (seed: KVS_DIFFERENTIAL_SEED, default 1).
+ */
 export async function startPair(t: Ctx, args: { etcd?: string[]; kvs?: string[] } = {}): Promise<Differ> {
+  const clusterSize = Number(process.env.KVS_DIFFERENTIAL_CLUSTER ?? 0);
+  if (clusterSize > 0) {
+    const [etcd, cluster] = await Promise.all([startEtcd(t, args.etcd), startCluster(t, clusterSize, { args: args.kvs })]);
+    await waitForLeader(cluster.nodes);
+    const output = () => cluster.nodes.map((n) => `--- ${n.id}\n${n.kvs.output().slice(-8 * 1024)}`).join('\n');
+    const pick = prng(Number(process.env.KVS_DIFFERENTIAL_SEED ?? 1));
+    return new Differ(new Endpoint(t, 'etcd', etcd.endpoint), new Endpoint(t, 'kvs', cluster.nodes.map((n) => n.endpoint), pick), output);
+  }
   const [etcd, kvs] = await Promise.all([startEtcd(t, args.etcd), startKvs(t, { args: args.kvs })]);
   const d = new Differ(new Endpoint(t, 'etcd', etcd.endpoint), new Endpoint(t, 'kvs', kvs.endpoint), () => kvs.output());
   // Registered after the nodes, so it runs before they are stopped.

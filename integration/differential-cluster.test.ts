@@ -1,0 +1,23 @@
+// The differential suites again, with kvs as a three-node cluster and every request (and
+// every watch stream) sent to a node picked at random: a cluster must answer as one etcd does
+// (integration/differential.ts, KVS_DIFFERENTIAL_CLUSTER). Each suite runs in a child test
+// runner with that setting; its report is shown when it fails.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { runCommand } from './harness.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SUITES = ['differential', 'watch-differential', 'lease-differential', 'concurrency-differential'];
+const seed = Number(process.env.KVS_DIFFERENTIAL_SEED ?? (Date.now() % 100_000));
+
+for (const suite of SUITES) {
+  test(`${suite} with kvs as a three-node cluster (seed ${seed})`, { timeout: 600_000 }, async () => {
+    const r = await runCommand(process.execPath, ['--test', path.join(here, `${suite}.test.js`)], {
+      env: { KVS_DIFFERENTIAL_CLUSTER: '3', KVS_DIFFERENTIAL_SEED: String(seed) },
+      timeoutMs: 590_000,
+    });
+    assert.equal(r.exitCode, 0, `${suite} differs on a cluster (seed ${seed}):\n${r.stdout.slice(-20_000)}\n${r.stderr.slice(-5_000)}`);
+  });
+}
