@@ -21,6 +21,8 @@ export interface ClusterNode {
 
 export interface ClusterOptions {
   objectStore?: ObjectStoreSpec;
+  /** Instead of `objectStore`: the nodes' object-store flags and environment (an S3 server). */
+  store?: { args: string[]; env: Record<string, string> };
   /** Added to every node's flags (after FAST_FAILOVER, which they may override). */
   args?: string[];
   /** Node ids (default n1..nN). */
@@ -31,19 +33,21 @@ export interface ClusterOptions {
 
 export interface TestCluster {
   nodes: ClusterNode[];
-  objectStore: ObjectStoreSpec;
+  /** The local-directory store, unless the nodes were given an S3 server's (`store`). */
+  objectStore: ObjectStoreSpec | undefined;
   /** Starts one more node with the cluster's flags. */
   add(id: string): Promise<ClusterNode>;
 }
 
 /** Starts `count` nodes one after another (the first becomes leader). */
 export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
-  const objectStore = opts.objectStore ?? (await localObjectStore(t, 'cluster/'));
+  const objectStore = opts.store ? undefined : (opts.objectStore ?? (await localObjectStore(t, 'cluster/')));
   const add = async (id: string): Promise<ClusterNode> => {
     const peerPort = await freePort();
     const kvs = await startKvs(t, {
       objectStore,
-      args: ['--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? [])],
+      env: opts.store?.env,
+      args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? [])],
     });
     const client = new Etcd3({ hosts: `http://${kvs.endpoint}` });
     onCleanup(t, () => client.close());
