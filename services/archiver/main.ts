@@ -52,7 +52,9 @@ export async function runArchiver(cfg: Config): Promise<void> {
       prefix: options.prefix,
       branch,
       openPrefix,
-      fetchWal: !storageRunning,
+      // Cluster mode: a node's WAL may hold staged entries of an older leader; what follows them
+      // comes from the leader (or the object store) through the peer agent, which reconciles.
+      fetchWal: !storageRunning && !clusterMode(cfg),
       onState: reportState,
       progressInLog: true,
     });

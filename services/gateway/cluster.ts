@@ -30,6 +30,7 @@ interface StateMessage {
   members: (MemberView & { memberId: unknown })[];
   inSync: boolean;
   reason: string;
+  degraded: boolean;
 }
 
 const member = (m: MemberView & { memberId: unknown }): MemberView => ({ ...m, memberId: String(m.memberId) });
@@ -39,6 +40,8 @@ export class ClusterView {
   term = 0;
   leader: MemberView | undefined;
   members: MemberView[] = [];
+  /** Leader with a member disconnected: its own linearizable reads check the lock first. */
+  degraded = false;
   private readonly client: grpc.Client & Record<string, any>;
   private call: grpc.ClientReadableStream<StateMessage> | undefined;
   private closed = false;
@@ -65,6 +68,7 @@ export class ClusterView {
       this.term = num(s.term as number);
       this.leader = s.leader ? member(s.leader) : undefined;
       this.members = s.members.map(member);
+      this.degraded = s.degraded;
     });
     const broken = () => {
       if (this.call !== call) return;

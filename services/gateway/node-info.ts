@@ -43,7 +43,11 @@ export class NodeInfo {
 
   /** Whether a read here must first wait for the leader's committed index. */
   mustLinearize(serializable: boolean): boolean {
-    return this.cluster !== undefined && !this.cluster.leading && this.linearizableReads && !serializable;
+    const c = this.cluster;
+    if (!c || serializable) return false;
+    // A leader reads its own state, unless a member is disconnected: then only while its lock is
+    // provably still its own (docs/cluster.md).
+    return this.linearizableReads && (!c.leading || c.degraded);
   }
 
   members(): MemberInfo[] {

@@ -10,14 +10,18 @@ import type { StorageSide } from './storage-side.js';
 
 const CHUNK_BYTES = 4 * 1024 * 1024;
 
-/** Hands storage every uploaded record past what it holds; returns how many. */
+/**
+ * Hands storage every uploaded record past what it has applied; returns how many. Records it
+ * holds staged are sent too: storage keeps those that match and drops its own from the first
+ * that differs (the object store's history wins over entries never seen committed).
+ */
 export async function catchUpFromStore(store: ObjectStore, storage: StorageSide, log: Logger): Promise<number> {
   const have = Math.max(storage.progress.appliedThrough, storage.progress.durableThrough);
   const from = BigInt(storage.progress.appliedThrough) + 1n;
-  const objects = await listWalSegments(store, { after: BigInt(have) });
+  const objects = await listWalSegments(store, { after: from - 1n });
   if (objects.length === 0) return 0;
   const start = objects.reduce((m, o) => (o.first < m ? o.first : m), objects[0].first);
-  if (start > from && start > BigInt(have) + 1n) {
+  if (start > from) {
     throw new Error(
       `this node holds records through ${have}, but the object store's WAL continues only at ${start}: ` +
         'it is too far behind to catch up; stop it, empty its data directory and start it again (it restores from the latest checkpoint)',
@@ -35,7 +39,7 @@ export async function catchUpFromStore(store: ObjectStore, storage: StorageSide,
     bytes = 0;
     await storage.committedEntries(first, last, frames);
   };
-  for await (const rec of uploadedRecords(store, objects, BigInt(have) + 1n)) {
+  for await (const rec of uploadedRecords(store, objects, from)) {
     chunk.push(rec);
     bytes += rec.payload.length;
     if (bytes >= CHUNK_BYTES) await send();

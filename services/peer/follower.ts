@@ -105,7 +105,7 @@ export class Following {
     if (signal.aborted) return 'stopped';
     // Staged entries never seen committed are dropped: the leader sends what follows `applied`.
     const p = await storage.setRole(Role.FOLLOWER, term);
-    board.update({ role: Role.FOLLOWER, term, leader: this.leader, inSync: false, reason: `following ${held.record.nodeId}` });
+    board.update({ role: Role.FOLLOWER, term, leader: this.leader, inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
     return new Promise((resolve) => {
       const call = client.Follow() as grpc.ClientDuplexStream<unknown, LeaderMessage>;
       let served = false;

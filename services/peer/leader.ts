@@ -311,7 +311,7 @@ export class Leadership {
   }
 
   private publishState(): void {
-    this.o.board.update({ role: Role.LEADER, term: this.term, leader: this.o.self, members: this.members(), inSync: true, reason: '' });
+    this.o.board.update({ role: Role.LEADER, term: this.term, leader: this.o.self, members: this.members(), inSync: true, reason: '', degraded: this.degraded });
     M.replicationDegraded.set(this.degraded ? 1 : 0);
     const msg = { term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true };
     for (const f of this.followers.values()) f.call.write(msg);

@@ -28,6 +28,9 @@ import { Following, sleep } from './follower.js';
 import { catchUpFromStore } from './catch-up.js';
 import { peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
+/** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
+const ELECTION_WAIT_MS = 3000;
+
 /** The storage op numbers forwarded writes carry, for the forwarded-write metrics. */
 const METRIC_OP: Record<number, keyof typeof writeMetricsByOp | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
 
@@ -190,7 +193,7 @@ class PeerNode {
     const why = await l.run();
     signal.removeEventListener('abort', onAbort);
     this.leadership = undefined;
-    this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: 'no leader: electing' });
+    this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: 'no leader: electing', degraded: false });
     if (why === 'deposed') {
       try {
         await this.storage.setRole(Role.UNKNOWN, held.record.term);
@@ -236,6 +239,10 @@ class PeerNode {
   /** Agent.Forward: the gateway's writes, to the leader (or, on the leader, to storage). */
   forwardHandler(kind: 'Write' | 'Lease'): BatchHandler {
     return (op, body, done, authRevision, traceParent) => {
+      if (!this.board.hasLeader) {
+        void this.board.whenLeader(ELECTION_WAIT_MS).then(() => this.forwardHandler(kind)(op, body, done, authRevision, traceParent));
+        return;
+      }
       const s = this.board.current;
       if (s.role === Role.LEADER) return pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), done);
       if (s.role !== Role.FOLLOWER || !s.leader) return done(Errors.noLeader);
@@ -261,6 +268,21 @@ class PeerNode {
 
   /** The leader's committed position for a linearizable read here. */
   async readIndex(): Promise<{ index: number; revision: number; term: number }> {
+    // During a short election (or a leader's restart) the read waits for the next leader.
+    const deadline = performance.now() + ELECTION_WAIT_MS;
+    for (;;) {
+      try {
+        return await this.readIndexOnce();
+      } catch (err) {
+        const left = deadline - performance.now();
+        if ((err as EtcdError).message !== Errors.noLeader.message || left <= 0) throw err;
+        await this.board.whenLeader(left);
+        await sleep(Math.min(100, left));
+      }
+    }
+  }
+
+  private async readIndexOnce(): Promise<{ index: number; revision: number; term: number }> {
     if (this.leadership) return this.leadership.readIndex();
     const s = this.board.current;
     if (s.role !== Role.FOLLOWER || !s.leader) throw Errors.noLeader;

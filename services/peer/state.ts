@@ -20,13 +20,15 @@ export interface ClusterState {
   members: Member[];
   inSync: boolean;
   reason: string;
+  degraded: boolean;
 }
 
 const ROLE_NAMES = { [Role.LEADER]: 'leader', [Role.FOLLOWER]: 'follower' } as Record<number, string>;
 
 export class StateBoard {
-  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, members: [], inSync: false, reason: 'electing a leader' };
+  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, members: [], inSync: false, reason: 'electing a leader', degraded: false };
   private readonly subscribers = new Set<grpc.ServerWritableStream<unknown, unknown>>();
+  private waiters: (() => void)[] = [];
 
   constructor() {
     M.role.set({ role: 'leader' }, 0);
@@ -45,6 +47,29 @@ export class StateBoard {
     for (const s of this.subscribers) s.write(msg);
     // /readyz: a follower is ready once it has caught up with its leader.
     reportHealth({ writesRefused: this.state.inSync ? '' : this.state.reason });
+    if (this.hasLeader) for (const w of this.waiters.splice(0)) w();
+  }
+
+  /** This node leads, or follows a known leader. */
+  get hasLeader(): boolean {
+    return this.state.role === Role.LEADER || (this.state.role === Role.FOLLOWER && this.state.leader !== undefined);
+  }
+
+  /**
+   * Resolves once there is a leader, or after `ms` (a request that arrives during a short
+   * election waits for it, as etcd's do, instead of failing at once).
+   */
+  whenLeader(ms: number): Promise<void> {
+    if (this.hasLeader) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiters = this.waiters.filter((w) => w !== done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.waiters.push(done);
+    });
   }
 
   subscribe(call: grpc.ServerWritableStream<unknown, unknown>): void {
@@ -58,6 +83,6 @@ export class StateBoard {
 
   private message() {
     const s = this.state;
-    return { role: s.role, term: s.term, leader: s.leader, members: s.members, inSync: s.inSync, reason: s.reason };
+    return { role: s.role, term: s.term, leader: s.leader, members: s.members, inSync: s.inSync, reason: s.reason, degraded: s.degraded };
   }
 }

@@ -102,10 +102,10 @@ export interface EngineOptions {
   /** Simple-token lifetime (--token-ttl) in ms; default 300 s, as etcd. */
   tokenTtlMs?: number;
   /**
-   * Cluster mode: the engine starts with role `none` and replays only what the object store
-   * holds (`replayThrough`, committed history); later records stay staged until the role is known.
+   * Cluster mode: the engine starts with role `none` and replays nothing LMDB has not applied:
+   * those records stay staged until the role is known.
    */
-  cluster?: { memberId: string; clusterId: string; replayThrough: number };
+  cluster?: { memberId: string; clusterId: string };
 }
 
 export class Engine {
@@ -192,7 +192,7 @@ export class Engine {
     // Cluster mode: what LMDB has not applied was never seen committed (a follower applies only
     // committed entries, a leader only acknowledged ones): it stays staged until the role is
     // known (a leader applies it, a follower drops it and receives it again).
-    const replayThrough = opts.cluster ? BigInt(opts.cluster.replayThrough) : wal.lastIndex;
+    const replayThrough = opts.cluster ? BigInt(applied) : wal.lastIndex;
     {
       for (const rec of wal.readFrom(BigInt(applied) + 1n)) {
         if (rec.index > replayThrough) break;
@@ -398,10 +398,27 @@ export class Engine {
    */
   appendReplicated(records: WalRecord[], commitThrough: number): void {
     if (this.role === 'leader' || this.role === 'single') throw new Error(`replicated entries refused: this node is ${this.role}`);
+    let fresh = records;
     const last = this.wal.lastIndex;
-    const fresh = records.filter((r) => r.index > last);
-    if (fresh.length && fresh[0].index !== last + 1n) {
-      throw new Error(`replication gap: the WAL ends at ${last} but the leader sent ${fresh[0].index}`);
+    if (records.length && records[0].index <= last) {
+      // Entries this node already holds. Applied ones are the same history; staged ones must
+      // match, else the sender's win (a newer leader's, or the object store's) and ours from
+      // the mismatch on are dropped.
+      const staged = new Map<bigint, Uint8Array>();
+      for (const rec of this.wal.readFrom(records[0].index > BigInt(this.index) ? records[0].index : BigInt(this.index) + 1n)) staged.set(rec.index, rec.payload);
+      let i = 0;
+      for (; i < records.length && records[i].index <= last; i++) {
+        const mine = staged.get(records[i].index);
+        if (mine && !Buffer.from(mine).equals(Buffer.from(records[i].payload))) {
+          const dropped = this.wal.truncateAfter(records[i].index - 1n);
+          this.log.warn({ from: Number(records[i].index), dropped }, 'staged WAL entries differ from the committed history; dropped');
+          break;
+        }
+      }
+      fresh = records.slice(i);
+    }
+    if (fresh.length && fresh[0].index !== this.wal.lastIndex + 1n) {
+      throw new Error(`replication gap: the WAL ends at ${this.wal.lastIndex} but the leader sent ${fresh[0].index}`);
     }
     if (fresh.length) this.wal.appendSync(fresh);
     this.applyThrough(Math.min(commitThrough, this.lastIndex));

@@ -119,6 +119,6 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
   return {
     wal,
     archivedThrough: () => (leading() ? link.archivedThrough : Infinity),
-    cluster: { memberId: memberIdOf(cfg.nodeId), clusterId: clusterIdOf(cfg.s3Bucket!, cfg.s3Prefix), replayThrough: link.uploadedThrough },
+    cluster: { memberId: memberIdOf(cfg.nodeId), clusterId: clusterIdOf(cfg.s3Bucket!, cfg.s3Prefix) },
   };
 }
