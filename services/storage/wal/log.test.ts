@@ -614,3 +614,31 @@ test('onAppend sees each batch once it is written, and no batch that was refused
   wal.close();
   assert.deepEqual(seen, [[1n, 2n, 3n], [4n]]);
 });
+
+test('truncateAfter drops records after an index across segments; appends continue there; reopening agrees', (t) => {
+  const dir = tmpDir(t);
+  const all = buildMultiSegment(dir, 40);
+  const wal = Wal.open(dir, { maxSegmentBytes: 600 });
+  assert.ok(wal.sealedSegments().length >= 2, 'several segments');
+  // Inside the first (sealed) segment: later segments go, it is cut and becomes the active one.
+  assert.equal(wal.truncateAfter(17n), 23);
+  assert.equal(wal.lastIndex, 17n);
+  assertRecords(readAll(wal), all.slice(0, 17));
+  assert.throws(() => wal.appendSync(recs(19n, 1)), /out of sequence/);
+  const next = recs(18n, 3, 'new');
+  wal.appendSync(next);
+  assertRecords(readAll(wal), [...all.slice(0, 17), ...next]);
+  // A no-op at or past the end.
+  assert.equal(wal.truncateAfter(20n), 0);
+  assert.equal(wal.truncateAfter(99n), 0);
+  wal.close();
+  const again = Wal.open(dir, { maxSegmentBytes: 600 });
+  assertRecords(readAll(again), [...all.slice(0, 17), ...next]);
+  // Before the first record: everything goes and the log continues after the index.
+  assert.equal(again.truncateAfter(0n), 20);
+  assert.equal(again.lastIndex, 0n);
+  assert.equal(readAll(again).length, 0);
+  again.appendSync(recs(1n, 2, 'fresh'));
+  assertRecords(readAll(again), recs(1n, 2, 'fresh'));
+  again.close();
+});
