@@ -12,7 +12,9 @@
 // Limits: abstract sockets belong to a network namespace, so two nodes in different network
 // namespaces (containers sharing a volume) do not see each other's lock. As a second check, a
 // start is also refused while `run/ctl.sock` answers (a live supervisor: one in another
-// namespace, or one of a kvs without this lock).
+// namespace, or one of a kvs without this lock). Abstract names carry no file permissions:
+// another local user who can stat the directory could bind its name first and so keep kvs from
+// starting there (the refusal then names that process's pid); it cannot take a running node's.
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
