@@ -84,7 +84,7 @@ function processGroup(pid: number): number | undefined {
   return stat(pid)?.pgrp;
 }
 
-test('kill -9 of the whole node, then a new node on the same data dir at once, 20 times: every start succeeds', async (t) => {
+test('kill -9 of the whole node, then a new node on the same data dir at once, 20 times: every start succeeds', { timeout: 600_000 }, async (t) => {
   const dataDir = await tempDir(t, 'kvs-lock-');
   let node = await startUnreaped(t, dataDir);
   for (let round = 1; round <= 20; round++) {
@@ -102,7 +102,7 @@ test('kill -9 of the whole node, then a new node on the same data dir at once, 2
   assert.equal(keys.length, 20, `every round's put survived: ${keys.join(' ')}`);
 });
 
-test('a second node on a live node data dir is refused, naming the directory and the holder pid', async (t) => {
+test('a second node on a live node data dir is refused, naming the directory and the holder pid', { timeout: 120_000 }, async (t) => {
   const node = await startKvs(t);
   const port = await freePort();
   const second = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', node.dataDir, '--listen', `127.0.0.1:${port}`], { timeoutMs: 30_000 });
