@@ -5,6 +5,7 @@ import { RUN_FLAGS, resolveConfig, socketPath, type Config } from '../shared/con
 import { service } from '../shared/proto/index.js';
 import { VERSION } from '../shared/version.js';
 import { Supervisor, COMPONENTS } from './supervisor.js';
+import { DataDirHeldError } from './data-dir-lock.js';
 import { registerObjectStoreCommands } from './commands/cli.js';
 
 const prog = sade('kvs').version(VERSION.kvs);
@@ -33,7 +34,12 @@ withRunFlags(prog.command('run').describe('Start a node: the supervisor and its 
   .example('run')
   .example('run --data-dir /var/lib/kvs --listen 0.0.0.0:3379')
   .action(async (opts: Record<string, unknown>) => {
-    await new Supervisor(config(opts)).run();
+    try {
+      await new Supervisor(config(opts)).run();
+    } catch (err) {
+      if (err instanceof DataDirHeldError) fail(err);
+      throw err;
+    }
   });
 
 withRunFlags(

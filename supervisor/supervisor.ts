@@ -10,6 +10,7 @@ import { service } from '../shared/proto/index.js';
 import { bindUnix, shutdown } from '../shared/grpc/server.js';
 import { Component } from './component.js';
 import { serveHttp, type Probe } from './http.js';
+import { claimDataDir, releaseDataDir } from './data-dir-lock.js';
 import * as M from '../shared/metrics.js';
 import type http from 'node:http';
 
@@ -49,7 +50,7 @@ export class Supervisor {
 
   async run(): Promise<void> {
     fs.mkdirSync(path.join(this.cfg.dataDir, 'run'), { recursive: true });
-    claimDataDir(this.cfg.dataDir);
+    await claimDataDir(this.cfg.dataDir);
     process.on('SIGTERM', () => void this.stop('SIGTERM'));
     process.on('SIGINT', () => void this.stop('SIGINT'));
     // Up before the components, so /readyz tells "not ready" during a restore or WAL replay.
@@ -152,34 +153,4 @@ export class Supervisor {
 function describeState(c: Component): string {
   const what = { starting: 'starting', stopping: 'stopping', stopped: 'stopped', backoff: 'restarting', 'crash-loop': 'crash-looping', ready: 'ready' }[c.state];
   return `${what}${c.detail ? `: ${c.detail}` : c.lastExit && c.state !== 'starting' ? ` (last exit: ${c.lastExit})` : ''}`;
-}
-
-/** One node per data directory: a pid file, taken over only from a process that is gone. */
-function claimDataDir(dataDir: string): void {
-  const file = path.join(dataDir, 'run', 'kvs.pid');
-  try {
-    const pid = Number(fs.readFileSync(file, 'utf8'));
-    if (pid && pid !== process.pid && alive(pid)) {
-      throw new Error(`another kvs (pid ${pid}) is running on data directory ${dataDir}`);
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-  fs.writeFileSync(file, String(process.pid));
-}
-
-function releaseDataDir(dataDir: string): void {
-  const file = path.join(dataDir, 'run', 'kvs.pid');
-  try {
-    if (Number(fs.readFileSync(file, 'utf8')) === process.pid) fs.rmSync(file);
-  } catch {}
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }

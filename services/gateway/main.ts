@@ -30,7 +30,7 @@ import { AuthGate } from './auth/gate.js';
 import { TokenRenewer } from './auth/renewer.js';
 import { authService } from './auth/service.js';
 import { checkAll, watchAuthorizer } from './auth/wrap.js';
-import { maintenanceChecks, lockChecks, electionChecks } from './auth/concurrency.js';
+import { maintenanceChecks, recipeGuard } from './auth/concurrency.js';
 import { jwtTokens, verifiedFirst } from './auth/jwt.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
@@ -71,8 +71,10 @@ export async function runGateway(cfg: Config): Promise<void> {
   const streams = new OpenStreams();
   const stopping = new AbortController();
   const watch = watchService(hub, db, node, { progressIntervalMs: parseDuration(cfg.watchProgressNotifyInterval, 'watch-progress-notify-interval'), authorize: watchAuthorizer(gate) }, log);
-  // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub.
+  // Lock and Election run etcd's recipes on in-process calls: storage link, LMDB, watch hub;
+  // each call's operations are checked for its caller as they are made.
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
+  const recipeBackend = (call: Parameters<typeof recipeGuard>[1]) => concurrency(recipeGuard(gate, call));
   // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
   const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES, tls, log });
   // With auth enabled every service checks its caller (services/gateway/auth).
@@ -83,8 +85,8 @@ export async function runGateway(cfg: Config): Promise<void> {
     clusterService(db, node),
     leaseService(link, leaseLink, streams, gate),
     watch,
-    guarded(lockService(concurrency, log, stopping.signal), lockChecks),
-    guarded(electionService(concurrency, log, stopping.signal), electionChecks),
+    lockService(recipeBackend, log, stopping.signal),
+    electionService(recipeBackend, log, stopping.signal),
     authService(db, link, gate, node, log, { bcryptCost: cfg.bcryptCost, jwt }),
   ]) {
     server.addService(def as never, (jwt ? verifiedFirst(jwt, impl) : impl) as Record<string, unknown>);

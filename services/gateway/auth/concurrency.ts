@@ -2,42 +2,26 @@
 //
 // Maintenance follows etcd's later releases: Status and listing alarms need a user, the rest
 // (Defragment, Hash, HashKV, MoveLeader, Snapshot, alarm changes) the root role.
-// Lock and Election run etcd's recipes in the gateway (docs/architecture.md); etcd runs them
-// on an in-process client carrying the caller's token, so their reads and writes are checked
-// as the caller's. Here the whole recipe is checked up front: read and write on the name's
-// prefix (name + "/", where the recipes keep their keys), read only to follow a leader.
+//
+// Lock and Election run etcd's recipes in the gateway (docs/architecture.md). etcd 3.4 runs them
+// on an embedded client that carries the caller's token (v3lock, v3election), so every Txn,
+// DeleteRange, Range and watch a recipe makes is checked on its own, as if the caller had sent
+// it, when it is made: a write-only user may Unlock (a delete) but not Lock (a Txn comparing
+// its key); a user with read and write on its own contender key only wins a Campaign's Txn
+// (the key is written) and is then refused the Range over the election's prefix. recipeGuard
+// makes the same checks in the same order, with the rules of kvs's KV service for each request
+// (shared/auth/requests.ts: a Txn's puts also need write on the keys of their lease, as in
+// etcd's later releases). A request etcd's validation refuses (an empty key) is left to
+// storage, which answers it as etcd does, before the token is even looked at.
 import type { ServerCall } from '../../../shared/grpc/http2-server.js';
-import type { Caller } from './gate.js';
+import type { AuthGate, CallLike, Caller } from './gate.js';
+import type { OpGuard } from '../concurrency/backend.js';
+import { decode } from '../../../shared/proto/index.js';
+import { Errors } from '../../../shared/errors.js';
+import { checkDeleteRange, checkTxn } from '../../../shared/auth/requests.js';
+import { checkIntervals, checkTxnRequest, type DeleteRangeRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
 
 type Check = (caller: Caller, call: ServerCall<any, any>) => void;
-
-function prefixRange(name: Uint8Array): [Buffer, Buffer] {
-  const pfx = Buffer.concat([name, Buffer.from('/')]);
-  const end = Buffer.from(pfx);
-  let i = end.length - 1;
-  while (i >= 0 && end[i] === 0xff) i--;
-  if (i < 0) return [pfx, Buffer.from([0])];
-  end[i]!++;
-  return [pfx, end.subarray(0, i + 1)];
-}
-
-const readWritePrefix = (name: Uint8Array | undefined, c: Caller) => {
-  c.requireUser();
-  const [k, e] = prefixRange(name ?? Buffer.alloc(0));
-  c.read(k, e);
-  c.write(k, e);
-};
-const readPrefix = (name: Uint8Array | undefined, c: Caller) => {
-  c.requireUser();
-  const [k, e] = prefixRange(name ?? Buffer.alloc(0));
-  c.read(k, e);
-};
-const readWriteKey = (key: Uint8Array | undefined, c: Caller) => {
-  c.requireUser();
-  if (!key?.length) return; // the recipe answers the missing key
-  c.read(key);
-  c.write(key);
-};
 
 export const maintenanceChecks: Record<string, Check> = {
   Status: (c) => c.requireUser(),
@@ -49,15 +33,55 @@ export const maintenanceChecks: Record<string, Check> = {
   Snapshot: (c) => c.admin(),
 };
 
-export const lockChecks: Record<string, Check> = {
-  Lock: (c, call) => readWritePrefix(call.request?.name, c),
-  Unlock: (c, call) => readWriteKey(call.request?.key, c),
-};
+/** The OpGuard of one Lock or Election call: its caller's checks, each made when the recipe gets there. */
+export function recipeGuard(gate: AuthGate, call: CallLike): OpGuard {
+  /** The caller as of now (undefined while auth is disabled), and the auth revision. */
+  const now = (): { caller: Caller | undefined; revision: number } => {
+    gate.db.env.resetReadTxn();
+    const meta = gate.meta();
+    return { caller: meta.enabled ? gate.identify(call, meta.revision) : undefined, revision: meta.revision };
+  };
+  return {
+    write(kind, body) {
+      const request = validated(kind, body);
+      if (!request) {
+        gate.db.env.resetReadTxn();
+        return gate.meta().revision;
+      }
+      const { caller, revision } = now();
+      if (caller) {
+        if (request.txn) checkTxn(caller, request.txn);
+        else checkDeleteRange(caller, request.deleteRange!);
+      }
+      return revision;
+    },
+    grantLease() {
+      // LeaseGrant needs a user, as in etcd's later releases (3.4.23 grants the session's lease
+      // without one, then refuses the recipe's first request with the same error).
+      now().caller?.requireUser();
+    },
+    read(key, rangeEnd) {
+      now().caller?.read(key, rangeEnd ?? NONE);
+    },
+  };
+}
 
-export const electionChecks: Record<string, Check> = {
-  Campaign: (c, call) => readWritePrefix(call.request?.name, c),
-  Proclaim: (c, call) => readWriteKey(call.request?.leader?.key, c),
-  Resign: (c, call) => readWriteKey(call.request?.leader?.key, c),
-  Leader: (c, call) => readPrefix(call.request?.name, c),
-  Observe: (c, call) => readPrefix(call.request?.name, c),
-};
+const NONE = new Uint8Array(0);
+
+/** The decoded request, or undefined when etcd's validation refuses it (storage answers that). */
+function validated(kind: 'txn' | 'deleteRange', body: Buffer): { txn?: TxnRequest; deleteRange?: DeleteRangeRequest } | undefined {
+  try {
+    if (kind === 'txn') {
+      const txn = decode<TxnRequest>('etcdserverpb.TxnRequest', body);
+      checkTxnRequest(txn);
+      checkIntervals(txn.success);
+      checkIntervals(txn.failure);
+      return { txn };
+    }
+    const deleteRange = decode<DeleteRangeRequest>('etcdserverpb.DeleteRangeRequest', body);
+    if (deleteRange.key.length === 0) throw Errors.emptyKey;
+    return { deleteRange };
+  } catch {
+    return undefined;
+  }
+}

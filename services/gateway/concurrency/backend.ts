@@ -58,7 +58,29 @@ export interface RangeRequest {
   maxCreateRevision?: number;
 }
 
+/**
+ * The caller's permission checks, made before each operation of a recipe as etcd makes them
+ * on the requests of its embedded client, which carries the caller's token (auth/concurrency.ts).
+ * Each throws the error etcd's server answers that request with.
+ */
+export interface OpGuard {
+  /**
+   * Before a write (an encoded TxnRequest or DeleteRangeRequest): checks it; returns the auth
+   * revision it was checked at, which storage holds the write to (a stale one is checked again).
+   */
+  write(kind: 'txn' | 'deleteRange', body: Buffer): number;
+  /** Before granting a session's lease. */
+  grantLease(): void;
+  /** Before a Range or a watch of [key, rangeEnd) (one key without rangeEnd). */
+  read(key: Buffer, rangeEnd: Buffer | undefined): void;
+}
+
 export interface Backend {
+  /**
+   * The same backend without the caller's checks, for a recipe's clean-up of the contender key
+   * it wrote itself (a waiter that gives up, a campaign cancelled): see recipes.ts.
+   */
+  readonly cleanup: Backend;
   txn(req: TxnRequest): Promise<TxnResult>;
   /** DeleteRange of one key; the response header. */
   deleteKey(key: Buffer): Promise<Header>;

@@ -117,8 +117,11 @@ export async function lock(b: Backend, name: Uint8Array, lease: bigint, signal: 
   try {
     return { header: await waitDeletes(b, prefix, myRev - 1, signal), key };
   } catch (err) {
-    // As Mutex.Lock: a waiter that gives up leaves the queue.
-    await b.deleteKey(key).catch(() => {});
+    // As Mutex.Lock: a waiter that gives up leaves the queue. etcd deletes with its embedded
+    // client's own context, which carries no token, so with auth enabled etcd's delete is refused
+    // and the key stays until its lease ends; kvs deletes it (the key this call wrote, or found
+    // under its lease, with the caller's write permission checked by the Txn above).
+    await b.cleanup.deleteKey(key).catch(() => {});
     throw err;
   }
 }
@@ -174,8 +177,9 @@ export async function campaign(b: Backend, name: Uint8Array, lease: bigint, valu
   try {
     await waitDeletes(b, prefix, rev - 1, signal);
   } catch (err) {
-    // A campaign given up by its caller is withdrawn (Campaign resigns on a cancelled context).
-    if (err instanceof Cancelled) await resign(b, { key, rev }).catch(() => {});
+    // A campaign given up by its caller is withdrawn (Campaign resigns on a cancelled context;
+    // like Mutex.Lock's clean-up, etcd's resign carries no token, and kvs's is not checked).
+    if (err instanceof Cancelled) await resign(b.cleanup, { key, rev }).catch(() => {});
     throw err;
   }
   return { header: r.header, leader: { name: Buffer.from(name), key, rev, lease } };

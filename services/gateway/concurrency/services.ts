@@ -2,7 +2,9 @@
 // (etcdserver/api/v3lock, v3election): each call opens a "session" on the request's lease
 // (a lease of 60 s is granted when the request names none, and never kept alive), runs the
 // recipe, and answers. Errors reach the client with code Unknown and etcd's text, because
-// etcd's own services get them back from an embedded client.
+// etcd's own services get them back from an embedded client. That client carries the caller's
+// token, so each of the recipe's operations is checked for the caller as it is made: the
+// Backend of a call is the caller's (`backendFor`; auth/concurrency.ts), not checked up front.
 import * as grpc from '@grpc/grpc-js';
 import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
 import { service, bigint, num } from '../../../shared/proto/index.js';
@@ -12,6 +14,9 @@ import type { Backend } from './backend.js';
 import * as recipes from './recipes.js';
 
 type Unary = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => void;
+
+/** The Backend of one call: its operations are checked for the call's caller. */
+export type CallBackend = (call: ServerCall<any, any>) => Backend;
 
 function toStatus(err: unknown): Partial<grpc.StatusObject> {
   if (err instanceof recipes.Cancelled) return { code: grpc.status.CANCELLED, details: 'context canceled' };
@@ -70,15 +75,16 @@ function unary(log: Logger, stopping: AbortSignal, method: string, fn: (call: Se
 }
 
 /** `stopping` fires when the gateway stops: blocked calls and streams then end with UNAVAILABLE. */
-export function lockService(b: Backend, log: Logger, stopping: AbortSignal) {
+export function lockService(backendFor: CallBackend, log: Logger, stopping: AbortSignal) {
   const def = service('v3lockpb.Lock');
   const impl = {
     Lock: unary(log, stopping, 'Lock', async (call, signal) => {
+      const b = backendFor(call);
       const lease = await sessionLease(b, call.request.lease);
       return recipes.lock(b, call.request.name, lease, signal);
     }),
     // etcd's Unlock is a plain delete of the ownership key.
-    Unlock: unary(log, stopping, 'Unlock', async (call) => ({ header: await b.deleteKey(Buffer.from(call.request.key)) })),
+    Unlock: unary(log, stopping, 'Unlock', async (call) => ({ header: await backendFor(call).deleteKey(Buffer.from(call.request.key)) })),
   };
   return { def, impl };
 }
@@ -90,25 +96,28 @@ function leaderKey(l: LeaderKeyMessage | null | undefined): { key: Buffer; rev: 
   return { key: Buffer.from(l.key), rev: num(l.rev as number), lease: l.lease };
 }
 
-export function electionService(b: Backend, log: Logger, stopping: AbortSignal) {
+export function electionService(backendFor: CallBackend, log: Logger, stopping: AbortSignal) {
   const def = service('v3electionpb.Election');
   const impl = {
     Campaign: unary(log, stopping, 'Campaign', async (call, signal) => {
+      const b = backendFor(call);
       const lease = await sessionLease(b, call.request.lease);
       const r = await recipes.campaign(b, call.request.name, lease, call.request.value, signal);
       return { header: r.header, leader: { name: r.leader.name, key: r.leader.key, rev: r.leader.rev, lease: r.leader.lease.toString() } };
     }),
     Proclaim: unary(log, stopping, 'Proclaim', async (call) => {
       const l = leaderKey(call.request.leader);
+      const b = backendFor(call);
       const lease = await sessionLease(b, l.lease);
       return { header: await recipes.proclaim(b, l, lease, call.request.value) };
     }),
     Resign: unary(log, stopping, 'Resign', async (call) => {
       const l = leaderKey(call.request.leader);
+      const b = backendFor(call);
       await sessionLease(b, l.lease);
       return { header: await recipes.resign(b, l) };
     }),
-    Leader: unary(log, stopping, 'Leader', async (call) => recipes.leader(b, call.request.name)),
+    Leader: unary(log, stopping, 'Leader', async (call) => recipes.leader(backendFor(call), call.request.name)),
     Observe(call: ServerCall<{ name: Uint8Array }, unknown>) {
       const { signal } = callSignal(call, stopping);
       signal.addEventListener('abort', () => stopping.aborted && call.emit('error', SHUTTING_DOWN), { once: true });
@@ -118,8 +127,9 @@ export function electionService(b: Backend, log: Logger, stopping: AbortSignal) 
           else call.once('drain', () => resolve());
         });
       // As etcd's Observe: when its watch fails (e.g. its revision was compacted) the stream
-      // just ends, with status OK; the client observes again.
-      recipes.observe(b, call.request.name, signal, send).catch((err) => {
+      // just ends, with status OK; the client observes again. So does a refused read (etcd's
+      // observe gives up on any error of its client).
+      recipes.observe(backendFor(call), call.request.name, signal, send).catch((err) => {
         if (signal.aborted) return;
         log.warn({ err }, 'election observe ended');
         call.end();
