@@ -2,6 +2,7 @@
 // object store, etcd clients (the etcd3 package and etcdctl 3.4) on every node.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { etcdctl, pollUntil, startEtcdctl } from './harness.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
 
@@ -222,4 +223,47 @@ test('a node with an empty data directory joins a running cluster', async (t) =>
   const keys = await fresh.client.getAll().prefix('pre/').keys();
   assert.equal(keys.length, 200);
   assert.equal(await fresh.client.get('post').string(), 'x');
+});
+
+test('a leader that lost its disk does not take its lock back: a follower leads, nothing acknowledged is lost', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  // Acknowledged with every follower connected: uploaded only later (segments), so the object
+  // store may lack them; the followers have them.
+  for (let i = 0; i < 20; i++) await leader.client.put(`disk/${i}`).value(String(i)).exec();
+  await leader.kvs.kill9();
+  fs.rmSync(leader.kvs.dataDir, { recursive: true, force: true });
+  fs.mkdirSync(leader.kvs.dataDir);
+  await leader.kvs.restart();
+  const next = await waitForLeader(nodes);
+  assert.notEqual(next.id, leader.id, 'the node restored from the object store does not lead');
+  for (const n of nodes) {
+    await pollUntil(`${n.id} has every key`, async () => ((await n.client.getAll().prefix('disk/').keys()).length === 20 ? true : undefined), 60_000);
+  }
+});
+
+test('a deposed leader\'s write that arrived while it was paused is refused and is in no node\'s history', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  process.kill(-leader.kvs.pid, 'SIGSTOP');
+  let resumed = false;
+  t.after(() => {
+    if (!resumed) process.kill(-leader.kvs.pid, 'SIGCONT');
+  });
+  // Sent to the paused leader: it reads it only once resumed, after another node took over.
+  const late = leader.client.put('late').value('from-the-deposed').exec().then(
+    () => 'acknowledged',
+    (err: Error) => `refused: ${err.message}`,
+  );
+  const survivors = followersOf(nodes, leader);
+  const next = await waitForLeader(survivors);
+  await next.client.put('after').value('1').exec();
+  process.kill(-leader.kvs.pid, 'SIGCONT');
+  resumed = true;
+  assert.match(await late, /^refused/);
+  await waitForLeader(nodes);
+  for (const n of nodes) {
+    await pollUntil(`${n.id} serves the new history`, async () => ((await n.client.get('after').string()) === '1' ? true : undefined), 20_000);
+    assert.equal(await n.client.get('late').string(), null, `the deposed leader's write is not on ${n.id}`);
+  }
 });

@@ -130,18 +130,25 @@ class PeerNode {
           await sleep(this.retryMs, signal);
           continue;
         }
-        this.seeTerm(held.record.term);
-        if (held.record.nodeId === this.self.nodeId) {
+        // Leads what it won now (elect() and a takeover record the term first), or its own lock
+        // from before a restart of this same data directory.
+        if (held.record.nodeId === this.self.nodeId && this.seenTerm() >= held.record.term) {
           await this.lead(held, signal);
           continue;
         }
+        // (Our own lock, held by this node's previous data directory, is followed like another's:
+        // its term is not recorded as ours, so a later election does not take it back at once.)
+        if (held.record.nodeId !== this.self.nodeId) this.seeTerm(held.record.term);
         this.following = new Following({
           self: this.self, lock: this.lock, held, store: this.store, storage: this.storage, board: this.board, creds: this.creds, log: this.log,
           maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, signal,
         });
         const end = await this.following.run();
         this.following = undefined;
-        if (end.kind === 'won') won = end.held;
+        if (end.kind === 'won') {
+          this.seeTerm(end.held.record.term);
+          won = end.held;
+        }
       } catch (err) {
         if (signal.aborted) break;
         this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: `no leader: ${(err as Error).message}` });
@@ -165,11 +172,18 @@ class PeerNode {
     if (!cur) {
       const won = await this.lock.create(mine);
       M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
+      if (won) this.seeTerm(won.record.term);
       return won ?? this.lock.read();
     }
-    if (cur.record.nodeId === this.self.nodeId || cur.record.released) {
+    // Our own lock from before a restart: taken back at once only if this data directory is the
+    // one that held it (it has every write this node acknowledged). After a disk loss the node
+    // restored from the object store, which may lack acknowledged writes its followers have:
+    // then it waits like any node that has not heard from the leader (docs/cluster.md).
+    const ours = cur.record.nodeId === this.self.nodeId && this.seenTerm() >= cur.record.term;
+    if (ours || cur.record.released) {
       const won = await this.lock.replace(mine, cur.etag);
       M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
+      if (won) this.seeTerm(won.record.term);
       return won ?? this.lock.read();
     }
     return cur;
