@@ -17,6 +17,12 @@ export interface Ca extends CertFiles {
   server(name: string, opts?: { cn?: string }): Promise<CertFiles & { serial: string }>;
   /** A client certificate with this Common Name; `expired` makes one valid only in 2020. */
   client(name: string, cn: string, opts?: { expired?: boolean }): Promise<CertFiles>;
+  /**
+   * A cluster node's peer certificate (--peer-tls-cert): server and client use
+   * (extendedKeyUsage serverAuth,clientAuth), for 127.0.0.1 and localhost, CN = name;
+   * `expired` makes one valid only in 2020.
+   */
+  peer(name: string, opts?: { expired?: boolean }): Promise<CertFiles>;
   /** What a client needs to trust this CA (and, with a client certificate, to present it). */
   clientTls(cert?: CertFiles): ClientTls;
 }
@@ -77,6 +83,15 @@ export async function makeCa(t: Ctx, cn = 'kvs-test-ca'): Promise<Ca> {
       }),
     client: (name, cn, opts = {}) =>
       serially(() => sign(name, `/CN=${cn}`, ['-addext', 'extendedKeyUsage=clientAuth'], opts.expired ? ['-startdate', '20200101000000Z', '-enddate', '20200102000000Z'] : ['-days', '30'])),
+    peer: (name, opts = {}) =>
+      serially(() =>
+        sign(
+          name,
+          `/CN=${name}`,
+          ['-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost', '-addext', 'extendedKeyUsage=serverAuth,clientAuth'],
+          opts.expired ? ['-startdate', '20200101000000Z', '-enddate', '20200102000000Z'] : ['-days', '30'],
+        ),
+      ),
     clientTls: (c) => ({ ca: readFileSync(p('ca.crt')), ...(c ? { cert: readFileSync(c.cert), key: readFileSync(c.key) } : {}) }),
   };
   return ca;

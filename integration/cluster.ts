@@ -35,19 +35,19 @@ export interface TestCluster {
   nodes: ClusterNode[];
   /** The local-directory store, unless the nodes were given an S3 server's (`store`). */
   objectStore: ObjectStoreSpec | undefined;
-  /** Starts one more node with the cluster's flags. */
-  add(id: string): Promise<ClusterNode>;
+  /** Starts one more node with the cluster's flags (and `args` after them). */
+  add(id: string, args?: string[]): Promise<ClusterNode>;
 }
 
 /** Starts `count` nodes one after another (the first becomes leader). */
 export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
   const objectStore = opts.store ? undefined : (opts.objectStore ?? (await localObjectStore(t, 'cluster/')));
-  const add = async (id: string): Promise<ClusterNode> => {
+  const add = async (id: string, args: string[] = []): Promise<ClusterNode> => {
     const peerPort = await freePort();
     const kvs = await startKvs(t, {
       objectStore,
       env: opts.store?.env,
-      args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? [])],
+      args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args],
     });
     const client = new Etcd3({ hosts: `http://${kvs.endpoint}` });
     onCleanup(t, () => client.close());

@@ -3,6 +3,7 @@
 import path from 'node:path';
 import { parseDuration } from './duration.js';
 import { clientTlsFiles } from './grpc/client-tls.js';
+import { peerTlsFiles } from './grpc/peer-tls.js';
 import { formatAuthToken, loadJwtKeys, parseAuthToken } from './auth/token-options.js';
 
 export interface FlagSpec {
@@ -185,6 +186,9 @@ function checkCluster(cfg: Config): void {
   if (cfg.peerBufferSize < 1) throw new Error(`--peer-buffer-size must be at least 1, got ${cfg.peerBufferSize}`);
   const peerTls = [cfg.peerTlsCa, cfg.peerTlsCert, cfg.peerTlsKey].filter((v) => v !== undefined && v !== '').length;
   if (peerTls !== 0 && peerTls !== 3) throw new Error('peer TLS needs all three of --peer-tls-ca, --peer-tls-cert and --peer-tls-key');
+  // Read and checked now (one line naming the flag and file), as absolute paths for the peer process.
+  const peerFiles = peerTlsFiles(cfg);
+  if (peerFiles) Object.assign(cfg, { peerTlsCa: peerFiles.ca, peerTlsCert: peerFiles.cert, peerTlsKey: peerFiles.key });
   if (cfg.advertiseClient !== undefined && !/^https?:\/\/[^/]+$/.test(cfg.advertiseClient)) {
     throw new Error(`--advertise-client must be a URL such as http://10.0.0.1:3379, got "${cfg.advertiseClient}"`);
   }

@@ -144,6 +144,7 @@ export class Following {
         this.observed = undefined;
         if (!served) {
           served = true;
+          this.o.creds.served(held.record);
           log.info({ leader: held.record.nodeId, term, from: p.appliedThrough + 1 }, 'following the leader');
         }
         if (m.resync) {
@@ -170,8 +171,11 @@ export class Following {
         if (!storage.entries(n(m.first as number), n(m.last as number), frames, commit)) finish('failed');
       });
       call.on('error', (err: Error) => {
-        if (!served) log.debug({ err: err.message, leader: held.record.peerUrl }, 'cannot reach the leader');
-        else log.warn({ err: err.message }, 'lost the leader');
+        if (served) log.warn({ err: err.message }, 'lost the leader');
+        else {
+          log.debug({ err: err.message, leader: held.record.peerUrl }, 'cannot reach the leader');
+          this.o.creds.callFailed(err as grpc.ServiceError, held.record); // a refusal by the leader: one line saying why
+        }
         finish('failed');
       });
       call.on('end', () => finish('failed'));

@@ -26,7 +26,7 @@ import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep } from './follower.js';
 import { catchUpFromStore } from './catch-up.js';
-import { peerClient, peerCredentials, type PeerCredentials } from './transport.js';
+import { listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
 /** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
 const ELECTION_WAIT_MS = 3000;
@@ -38,7 +38,7 @@ export async function runPeer(cfg: Config): Promise<void> {
   const log = createLogger('peer', cfg.logLevel, cfg.logFormat);
   serveMetrics('peer');
   const store = await openObjectStore({ ...objectStoreOptions(cfg), log });
-  const creds = peerCredentials(cfg);
+  const creds = peerCredentials(cfg, log);
   const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg) };
   const node = new PeerNode(cfg, self, store, creds, log);
 
@@ -72,9 +72,8 @@ export async function runPeer(cfg: Config): Promise<void> {
       }
     },
   });
-  await new Promise<void>((resolve, reject) =>
-    peer.bindAsync(cfg.peerListen!, creds.server, (err) => (err ? reject(new Error(`--peer-listen ${cfg.peerListen}: ${err.message}`)) : resolve())),
-  );
+  // Our own listener in front of the server: TLS 1.3-only mutual TLS, refused peers logged (transport.ts).
+  const peerPort = await listenPeer(peer, cfg.peerListen!, creds, cfg.nodeId, log);
 
   const stopping = new AbortController();
   const elections = node.run(stopping.signal);
@@ -84,6 +83,7 @@ export async function runPeer(cfg: Config): Promise<void> {
       stopping.abort();
       await elections;
       node.close();
+      peerPort.close();
       await shutdown(peer, 1000);
       await shutdown(agent, 1000);
       store.close();

@@ -80,7 +80,7 @@ export function secureContextOptions(files: ClientTlsFiles): tls.SecureContextOp
 }
 
 /** What identifies a version of a file: a rotation by rename or by rewrite changes it. */
-function fingerprint(file: string): string {
+export function fingerprint(file: string): string {
   try {
     const s = fs.statSync(file);
     return `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
