@@ -173,7 +173,8 @@ export class Endpoint {
 
   private callOn(address: string, method: string, msg: protobuf.Message, serviceName: string, res = methodTypes(method, serviceName).res): Promise<Outcome> {
     return new Promise((resolve) => {
-      this.client(serviceName, address)[method]!(msg, { deadline: Date.now() + 10_000 }, (err, out) => {
+      // Generous: a slow answer under load (a HashKV of 600,000 revisions) is not what is tested.
+      this.client(serviceName, address)[method]!(msg, { deadline: Date.now() + 30_000 }, (err, out) => {
         if (err) resolve({ error: { code: err.code, details: err.details } });
         else resolve({ ok: plain(res, out as Record<string, unknown>) });
       });

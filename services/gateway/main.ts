@@ -40,6 +40,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const tls = clientTlsFiles(cfg);
   const node = new NodeInfo(db, cfg.nodeId, [clientUrl(cfg)]);
   node.linearizableReads = cfg.readConsistency === 'linearizable';
+  if (cfg.peerTlsCa) node.peerScheme = 'https';
   removeStaleSnapshots(cfg.dataDir);
   const storageWrites = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Write');
   const storageLeases = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Lease');

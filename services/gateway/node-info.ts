@@ -20,6 +20,8 @@ export class NodeInfo {
   cluster: ClusterView | undefined;
   /** Cluster mode: a follower's reads wait for the leader's committed index unless serializable. */
   linearizableReads = true;
+  /** How peer URLs show (`https` with peer TLS, as etcd shows them). */
+  peerScheme: 'http' | 'https' = 'http';
 
   constructor(db: MvccDb, readonly name: string, readonly clientUrls: string[]) {
     db.env.resetReadTxn();
@@ -53,7 +55,7 @@ export class NodeInfo {
   members(): MemberInfo[] {
     const self: MemberInfo = { ID: this.memberId, name: this.name, peerURLs: [], clientURLs: this.clientUrls, isLearner: false };
     if (!this.cluster) return [self];
-    const list = this.cluster.members.map((m) => ({ ID: m.memberId, name: m.nodeId, peerURLs: [peerUrl(m.peerUrl)], clientURLs: [m.clientUrl], isLearner: false }));
+    const list = this.cluster.members.map((m) => ({ ID: m.memberId, name: m.nodeId, peerURLs: [peerUrl(m.peerUrl, this.peerScheme)], clientURLs: [m.clientUrl], isLearner: false }));
     if (!list.some((m) => m.ID === this.memberId)) list.push({ ...self, peerURLs: [] });
     return list.sort((a, b) => a.name.localeCompare(b.name));
   }
@@ -64,6 +66,6 @@ export class NodeInfo {
 }
 
 /** A peer address as etcd shows peer URLs. */
-function peerUrl(addr: string): string {
-  return /^[a-z]+:\/\//.test(addr) ? addr : `http://${addr}`;
+function peerUrl(addr: string, scheme: string): string {
+  return /^[a-z]+:\/\//.test(addr) ? addr : `${scheme}://${addr}`;
 }

@@ -6,8 +6,8 @@
 //    lock unchanged (same ETag) for the liveness TTL on its own monotonic clock — and the lock's
 //    LastSeenNano is that old too — does it try to take it (a conditional replace: one
 //    candidate wins);
-//  - a follower that has not heard from this leader lately (a new node, or one cut off for
-//    longer than FAST_TAKEOVER_WINDOW_MS) waits longer: the leader re-touches its lock only every
+//  - a follower that has not heard from this leader lately while in sync with it (a new node,
+//    one still catching up, or one cut off for longer than FAST_TAKEOVER_WINDOW_MS) waits longer: the leader re-touches its lock only every
 //    --leader-watch-interval-sec while its known followers are connected, so such a node must
 //    see the lock unchanged for that interval plus the TTL.
 import type * as grpc from '@grpc/grpc-js';
@@ -57,6 +57,7 @@ interface LeaderMessage {
 }
 
 export class Following {
+  /** When the leader was last heard from while this node was in sync with it (monotonic ms). */
   private lastContact = -Infinity;
   private observed: { etag: string; since: number; fast: boolean } | undefined;
 
@@ -140,7 +141,9 @@ export class Following {
       call.write({ hello: { member: this.o.self, fromIndex: p.appliedThrough + 1, term } });
       call.on('data', (m: LeaderMessage) => {
         heard = performance.now();
-        this.lastContact = heard;
+        // Only an in-sync follower holds everything the leader acknowledged: only it may take
+        // over after the TTL alone; one still catching up waits like a newcomer.
+        if (board.current.inSync) this.lastContact = heard;
         this.observed = undefined;
         if (!served) {
           served = true;

@@ -52,6 +52,11 @@ interface FollowerConn {
   call: grpc.ServerDuplexStream<any, unknown>;
   durableThrough: number;
   lastAckAt: number;
+  /**
+   * It has held everything this leader has at least once. Until then it is not waited for (a
+   * follower catching up on a long backlog would stall every write) and counts as disconnected.
+   */
+  caughtUp: boolean;
 }
 
 interface Batch extends Chunk {
@@ -150,7 +155,7 @@ export class Leadership {
       await storage.setRole(Role.UNKNOWN, this.term);
     } catch {}
     const deadline = performance.now() + 3000;
-    while (performance.now() < deadline && [...this.followers.values()].some((f) => f.durableThrough < this.lastIndex)) {
+    while (performance.now() < deadline && [...this.followers.values()].some((f) => f.caughtUp && f.durableThrough < this.lastIndex)) {
       await new Promise((r) => setTimeout(r, 20));
     }
     try {
@@ -189,7 +194,9 @@ export class Leadership {
   }
 
   private get degraded(): boolean {
-    return this.followers.size === 0 || this.disconnected.size > 0;
+    if (this.followers.size === 0 || this.disconnected.size > 0) return true;
+    for (const f of this.followers.values()) if (!f.caughtUp) return true;
+    return false;
   }
 
   /** The lock is ours for sure: see the header. */
@@ -202,7 +209,7 @@ export class Leadership {
   private evaluate(): void {
     const b = this.pending;
     if (!b || this.done) return;
-    for (const f of this.followers.values()) if (f.durableThrough < b.last) return;
+    for (const f of this.followers.values()) if (f.caughtUp && f.durableThrough < b.last) return;
     if (this.degraded && !b.uploaded) {
       // Only while the lock is surely ours: a deposed leader must not add to the uploaded WAL.
       if (!b.askedUpload && this.fresh()) {
@@ -254,6 +261,11 @@ export class Leadership {
       if (m.ack && conn) {
         conn.durableThrough = Math.max(conn.durableThrough, n(m.ack.durableThrough as number));
         conn.lastAckAt = performance.now();
+        if (!conn.caughtUp && conn.durableThrough >= this.lastIndex) {
+          conn.caughtUp = true;
+          this.o.log.info({ follower: conn.member.nodeId, index: conn.durableThrough }, 'follower caught up');
+          this.publishState();
+        }
         this.evaluate();
       }
     });
@@ -281,7 +293,7 @@ export class Leadership {
     }
     const old = this.followers.get(member.nodeId);
     if (old) old.call.end();
-    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now() };
+    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now(), caughtUp: from - 1 >= this.lastIndex };
     this.followers.set(member.nodeId, conn);
     this.disconnected.delete(member.nodeId);
     log.info({ follower: member.nodeId, from }, 'follower connected');

@@ -167,6 +167,18 @@ export class ArchiverLink {
     );
   }
 
+  /** A checkpoint now (cluster: a new leader whose WAL no longer reaches back to the object store's). */
+  checkpoint(): Promise<{ key: string; appliedIndex: number }> {
+    return new Promise((resolve, reject) => {
+      this.client.Checkpoint({}, (err: grpc.ServiceError | null, r: { key: string; appliedIndex: unknown }) => {
+        if (err) return reject(new Error(err.details || err.message));
+        this.checkpointIndex = Math.max(this.checkpointIndex, num(r.appliedIndex as number));
+        this.uploadedThrough = Math.max(this.uploadedThrough, num(r.appliedIndex as number));
+        resolve({ key: r.key, appliedIndex: num(r.appliedIndex as number) });
+      });
+    });
+  }
+
   close(): void {
     this.closed = true;
     clearInterval(this.stallTimer);

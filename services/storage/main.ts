@@ -42,7 +42,7 @@ export async function runStorage(cfg: Config): Promise<void> {
       uploadThrough: (through) => uploadWalTail(engine.wal, link!, log, BigInt(through)),
       onLeader: () => {
         engine.lessor.startExpiry();
-        void uploadWalTail(engine.wal, link!, log).catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next segment upload retries'));
+        void uploadAsNewLeader(engine, link!, log).catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next segment upload retries'));
         void applyAuthFlag(engine, cfg.authEnabled, log).catch((err: Error) => log.warn({ err: err.message }, 'could not apply --auth-enabled'));
       },
       onNotLeader: () => engine.lessor.stop(),
@@ -121,4 +121,21 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
     archivedThrough: () => (leading() ? link.archivedThrough : Infinity),
     cluster: { memberId: memberIdOf(cfg.nodeId), clusterId: clusterIdOf(cfg.s3Bucket!, cfg.s3Prefix) },
   };
+}
+
+/**
+ * A new leader uploads what the object store lacks of its WAL. As a follower it trimmed its WAL
+ * once LMDB held it, while the previous leader may not have uploaded that part yet: if the WAL
+ * no longer reaches back to the store's position, a checkpoint covers the gap first (an
+ * uploaded WAL with a hole would be refused, and a restore could not cross it).
+ */
+async function uploadAsNewLeader(engine: Engine, link: ArchiverLink, log: Logger): Promise<void> {
+  const wal = engine.wal;
+  const reaches = wal.isEmpty ? BigInt(engine.appliedIndex) <= BigInt(link.uploadedThrough) : wal.firstIndex <= BigInt(link.uploadedThrough) + 1n;
+  if (!reaches) {
+    log.info({ walFirst: Number(wal.firstIndex), uploadedThrough: link.uploadedThrough }, 'the WAL no longer reaches the object store\'s: checkpointing first');
+    const c = await link.checkpoint();
+    log.info({ checkpoint: c.key, appliedIndex: c.appliedIndex }, 'checkpoint written');
+  }
+  await uploadWalTail(wal, link, log);
 }
