@@ -18,8 +18,11 @@
 //    reporting `deleted`). In any linearization the operations between such a write and the
 //    next write cannot observe it, so the write can be taken out without changing any output.
 // 4. Forgetting what is not needed: a successful CAS becomes a put of its new value (its
-//    comparison is dropped), a delete loses its `deleted` report. Either only widens the set of
-//    valid orders. Besides focusing the counterexample, this unblocks step 3.
+//    comparison is dropped), a delete loses its `deleted` report, a CAS with unknown outcome
+//    becomes a put with unknown outcome (which may set its value at any time after its call
+//    or never, a superset of what the CAS may do). Each only widens the set of valid orders.
+//    Besides focusing the counterexample, this unblocks step 3 (unknown-outcome CAS otherwise
+//    block the removal of every write called before them, and of each other).
 // Steps 2 to 4 are greedy with chunks (try all candidates at once, then halves, quarters, …,
 // single operations), keeping a removal only if the result is still not linearizable, and
 // repeat until nothing more can go. The result is 1-minimal for these removals unless the
@@ -112,29 +115,48 @@ function readsAnonymously(op: Op): boolean {
   return false;
 }
 
-/** Writes in `ops` that can be removed soundly (step 3 above). */
+/** Writes in `ops` that can be removed soundly on their own (step 3 above). */
 export function unseenWrites(ops: readonly Op[]): Op[] {
-  const out: Op[] = [];
+  return writeGroups(ops)
+    .filter((g) => g.length === 1)
+    .map((g) => g[0]!);
+}
+
+/**
+ * Each write with the operations that observe its value, when all of those are effectless and
+ * so can go first (step 2), after which the write is unseen and can go too (step 3). Removing a
+ * write with its readers keeps the rest of the history as constrained as it was, which keeps
+ * each check of a shrinking candidate cheap.
+ */
+export function writeGroups(ops: readonly Op[]): Op[][] {
+  const out: Op[][] = [];
   for (const w of ops) {
     const i = w.input;
     if (i.f === 'get' || isEffectless(w)) continue;
     const v = i.f === 'delete' ? null : i.value;
+    const group = [w];
     let ok = true;
     for (const o of ops) {
       if (o === w) continue;
-      if (observes(o, v) || (o.ret >= w.call && readsAnonymously(o))) {
+      if (observes(o, v)) {
+        if (!isEffectless(o)) {
+          ok = false;
+          break;
+        }
+        group.push(o);
+      } else if (o.ret >= w.call && readsAnonymously(o)) {
         ok = false;
         break;
       }
     }
-    if (ok) out.push(w);
+    if (ok) out.push(group);
   }
   return out;
 }
 
-/** A shrinking edit: remove `op` (to = null) or replace it by a weaker form. */
+/** A shrinking edit: remove `ops`, or (one operation) replace it by a weaker form `to`. */
 export interface Edit {
-  readonly op: Op;
+  readonly ops: readonly Op[];
   readonly to: Op | null;
 }
 
@@ -142,26 +164,44 @@ export interface Edit {
 export function relaxations(ops: readonly Op[]): Edit[] {
   const out: Edit[] = [];
   for (const op of ops) {
-    if (isPending(op)) continue;
     const was = op.was ?? describeOp(op);
+    if (isPending(op)) {
+      if (op.input.f === 'cas') out.push({ ops: [op], to: { ...op, input: { f: 'put', value: op.input.value }, was } });
+      continue;
+    }
     if (op.input.f === 'cas' && op.output!.succeeded) {
-      out.push({ op, to: { ...op, input: { f: 'put', value: op.input.value }, output: {}, was } });
+      out.push({ ops: [op], to: { ...op, input: { f: 'put', value: op.input.value }, output: {}, was } });
     } else if (op.input.f === 'delete' && op.output!.deleted !== undefined) {
-      out.push({ op, to: { ...op, output: {}, was } });
+      out.push({ ops: [op], to: { ...op, output: {}, was } });
     }
   }
   return out;
 }
 
-/** Every edit steps 2 to 4 allow in `ops`; any subset of them may be applied together. */
+/**
+ * Every edit steps 2 to 4 allow in `ops`; any subset of them may be applied together. Ordered
+ * for the chunked search: writes with their readers, oldest first (the failure is at the end
+ * of the cut prefix, so old operations are the likeliest to go in one large chunk), then
+ * single effectless operations, then relaxations.
+ */
 export function edits(ops: readonly Op[]): Edit[] {
-  return [...ops.filter(isEffectless), ...unseenWrites(ops)].map((op): Edit => ({ op, to: null })).concat(relaxations(ops));
+  const groups = writeGroups(ops).sort((a, b) => a[0]!.call - b[0]!.call);
+  const grouped = new Set(groups.flat());
+  return [
+    ...groups.map((g): Edit => ({ ops: g, to: null })),
+    ...ops.filter((o) => isEffectless(o) && !grouped.has(o)).map((o): Edit => ({ ops: [o], to: null })),
+    ...ops.filter((o) => isEffectless(o) && grouped.has(o)).map((o): Edit => ({ ops: [o], to: null })),
+    ...relaxations(ops),
+  ];
 }
 
 /** `ops` with `chosen` applied (a removal wins over a relaxation of the same operation). */
 export function applyEdits(ops: readonly Op[], chosen: readonly Edit[]): Op[] {
   const m = new Map<Op, Op | null>();
-  for (const e of chosen) if (!(m.get(e.op) === null)) m.set(e.op, e.to);
+  for (const e of chosen) {
+    if (e.to === null) for (const o of e.ops) m.set(o, null);
+    else if (m.get(e.ops[0]!) !== null) m.set(e.ops[0]!, e.to);
+  }
   const out: Op[] = [];
   for (const o of ops) {
     const to = m.has(o) ? m.get(o)! : o;
@@ -186,8 +226,9 @@ export function shrink(ops: readonly Op[], isIllegal: IllegalTest, deadline: num
           cur = trial;
           // edits of operations now gone or replaced no longer apply
           const live = new Set(cur);
-          const before = cands.slice(0, i).filter((e) => live.has(e.op));
-          cands = before.concat(cands.slice(i + chunk).filter((e) => live.has(e.op)));
+          const alive = (e: Edit): boolean => e.ops.every((o) => live.has(o));
+          const before = cands.slice(0, i).filter(alive);
+          cands = before.concat(cands.slice(i + chunk).filter(alive));
           i = before.length;
           progress = true;
         } else {
