@@ -1,8 +1,9 @@
 // Linearizability of a key-value history: the entry point a chaos harness calls.
 //
 // checkLinearizability(history) partitions the history by key (linearizability is local, so
-// the whole history is linearizable iff every key's is), runs the WGL search (wgl.ts) on each
-// key with the single-key model (kv-model.ts), and for keys that fail shrinks the key's history
+// the whole history is linearizable iff every key's is), looks for reads of values no write
+// could have produced (a cheap exact check), runs the WGL search (wgl.ts) on each key with the
+// single-key model (kv-model.ts), and for keys that fail shrinks the key's history
 // to a small counterexample (minimize.ts) and explains it: the longest order the search could
 // build, the operation it could not get past, and the value the key held there.
 // formatReport() prints "linearizable: yes|no|unknown" with a text timeline of each

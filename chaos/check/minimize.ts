@@ -17,6 +17,8 @@
 //    effect after it reads the state without naming a value (a failed or pending CAS, a delete
 //    reporting `deleted`). In any linearization the operations between such a write and the
 //    next write cannot observe it, so the write can be taken out without changing any output.
+//    A write whose only observers are effectless reads goes together with them (2 then 3),
+//    which keeps the remaining history as constrained, and so as cheap to check, as before.
 // 4. Forgetting what is not needed: a successful CAS becomes a put of its new value (its
 //    comparison is dropped), a delete loses its `deleted` report, a CAS with unknown outcome
 //    becomes a put with unknown outcome (which may set its value at any time after its call
@@ -25,8 +27,10 @@
 //    block the removal of every write called before them, and of each other).
 // Steps 2 to 4 are greedy with chunks (try all candidates at once, then halves, quarters, …,
 // single operations), keeping a removal only if the result is still not linearizable, and
-// repeat until nothing more can go. The result is 1-minimal for these removals unless the
-// shrink budget runs out first, in which case the best witness so far is returned.
+// repeat until nothing more can go. The result is 1-minimal for these edits unless the
+// shrink budget runs out first, in which case the best witness so far is returned. Checks of
+// candidates that are still illegal are exhaustive searches, so shrinking a long key history
+// full of concurrent writes costs seconds; it is bounded by its own budget.
 
 import { sortEntries } from './wgl.js';
 import { describeOp, isPending, type Op } from './history.js';

@@ -39,10 +39,10 @@ export function opNames(n: number): string[] {
   return Array.from({ length: n }, (_, i) => (n <= 26 ? String.fromCharCode(65 + i) : String(i + 1)));
 }
 
-/** Lay the operations out on columns: every bar is wide enough for its label. */
-export function layoutTimeline(ops: readonly Op[], names: readonly string[] = opNames(ops.length)): TimelineLayout {
+/** Lay the operations out on columns: every bar is wide enough for its label (plus `suffix`, if any). */
+export function layoutTimeline(ops: readonly Op[], names: readonly string[] = opNames(ops.length), suffix?: readonly string[]): TimelineLayout {
   const n = ops.length;
-  const labels = ops.map((op, i) => `${names[i]} ${describeOp(op, 16)}`);
+  const labels = ops.map((op, i) => `${names[i]} ${describeOp(op, 16)}${suffix?.[i] ?? ''}`);
   const sorted = sortEntries(ops);
   const x = new Array<number>(2 * n).fill(0);
   const callX = new Array<number>(n).fill(0);
@@ -193,13 +193,17 @@ function esc(s: string): string {
 /** One counterexample as an SVG drawing (same layout as the text timeline). */
 export function counterexampleSvg(ce: Counterexample): string {
   const names = opNames(ce.ops.length);
-  const { lanes, width } = layoutTimeline(ce.ops, names);
+  const step = new Map<number, number>(ce.partial.map((p, k) => [p, k + 1]));
+  const { lanes, width } = layoutTimeline(
+    ce.ops,
+    names,
+    ce.ops.map((_, i) => (step.has(i) ? ` ·${step.get(i)}` : '')),
+  );
   const cw = 7.5; // px per column
   const lh = 28;
   const left = 80;
   const W = Math.ceil(left + (width + 2) * cw);
   const H = lanes.length * lh + 16;
-  const step = new Map<number, number>(ce.partial.map((p, k) => [p, k + 1]));
   const micro = useMicro(ce.ops);
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="monospace" font-size="12">`,
@@ -217,7 +221,7 @@ export function counterexampleSvg(ce: Counterexample): string {
       const title = `${names[b.pos]}: ${describeOp(op, 200)} — client ${op.client}, call ${at(op.call, micro)}, return ${at(op.ret, micro)}` + (step.has(b.pos) ? `, step ${step.get(b.pos)} of the longest order found` : '');
       parts.push(
         `<g><title>${esc(title)}</title><rect x="${x1.toFixed(1)}" y="${y}" width="${(x2 - x1).toFixed(1)}" height="${lh - 8}" rx="4" fill="${fill}" stroke="${blocked ? '#b91c1c' : '#64748b'}"${isPending(op) ? ' stroke-dasharray="4 3"' : ''}/>` +
-          `<text x="${(x1 + 6).toFixed(1)}" y="${y + 14}">${esc(b.label)}${step.has(b.pos) ? ` ·${step.get(b.pos)}` : ''}</text></g>`,
+          `<text x="${(x1 + 6).toFixed(1)}" y="${y + 14}">${esc(b.label)}</text></g>`,
       );
     }
   });

@@ -1,6 +1,7 @@
 // The Wing & Gong / Lowe (WGL) linearizability search over one partition of a history (one key),
 // as described by Lowe ("Testing for linearizability", 2017) and used by porcupine and Knossos.
-// Written for this project from the papers' description; no code is taken from either tool.
+// Written for this project from the papers' description (and a reading of porcupine's
+// checker.go to learn its structure); no code is taken from either tool.
 //
 // The history is a list of operations with call and return times. Every call and return becomes
 // an entry in a doubly linked list sorted by time (a call sorts before a return at the same
@@ -22,14 +23,19 @@
 // return time +Infinity, as in porcupine: they may take effect at any time after their call,
 // or never. "Never" is the same as "after everything else", so the search stops with success
 // as soon as every operation with a known outcome is linearized. Such operations are where
-// plain WGL blows up (each one open at a point doubles the configurations there), so they get
-// two refinements of our own, both sound:
-//  - they are kept in a list of their own and tried only after every completed candidate has
-//    failed at a point (the candidates are the same; only the order of trying changes);
+// plain WGL blows up (each one still open at a point doubles the configurations there), so
+// they get refinements of our own, all sound:
+//  - they are kept in a list of their own, tried either before the completed candidates at a
+//    point or only after all of those failed (`pendingFirst`; the candidates are the same,
+//    only the order of trying changes, and linearizability.ts runs both as a portfolio);
 //  - the memo keys on (completed operations linearized, state) and keeps the sets of pending
 //    operations linearized with them; a configuration whose pending set is a superset of a
 //    recorded one for the same key is dominated (the smaller set can still take the extra
-//    pending operations later, or never) and skipped. Equal sets are the plain WGL case.
+//    pending operations later, or never) and skipped. Equal sets are the plain WGL case;
+//  - a pending blind write (put, delete without a recorded answer) is not tried straight after
+//    another pending operation: the result is dominated by trying it without that one.
+// What remains exponential is the number of pending operations open at once that the history
+// gives no reason to place: a violation among many of them can exhaust the budget.
 
 // The search has a budget (model steps, and a wall-clock deadline); running out yields
 // `unknown`, never `ok`.
