@@ -5,7 +5,7 @@
 // After authenticate(), every request carries the token in the `token` metadata (as etcd's
 // clients send it); without one, nothing about a request changes.
 import * as grpc from '@grpc/grpc-js';
-import { decode, encode, service } from '../shared/proto/index.js';
+import { bigint, decode, encode, service } from '../shared/proto/index.js';
 import { H2Channel } from './h2-channel.js';
 
 export type ClientKind = 'h2' | 'grpc-js';
@@ -65,6 +65,7 @@ const PATH = {
   deleteRange: KV.DeleteRange!.path,
   txn: KV.Txn!.path,
   status: MAINTENANCE.Status!.path,
+  hashKv: MAINTENANCE.HashKV!.path,
 };
 
 export interface RangeOptions {
@@ -135,12 +136,12 @@ export class KvClient {
     return m.responseDeserialize(await this.call(m.path, m.requestSerialize(req) as Buffer, deadlineMs));
   }
 
-  put(key: Buffer, value: Buffer): Promise<Buffer> {
-    return this.call(PATH.put, encode('etcdserverpb.PutRequest', { key, value }));
+  put(key: Buffer, value: Buffer, deadlineMs?: number): Promise<Buffer> {
+    return this.call(PATH.put, encode('etcdserverpb.PutRequest', { key, value }), deadlineMs);
   }
 
-  range(key: Buffer, opts: RangeOptions = {}): Promise<Buffer> {
-    return this.call(PATH.range, encode('etcdserverpb.RangeRequest', { key, ...opts }));
+  range(key: Buffer, opts: RangeOptions = {}, deadlineMs?: number): Promise<Buffer> {
+    return this.call(PATH.range, encode('etcdserverpb.RangeRequest', { key, ...opts }), deadlineMs);
   }
 
   deleteRange(key: Buffer, rangeEnd: Buffer): Promise<Buffer> {
@@ -159,9 +160,16 @@ export class KvClient {
     return Number(res.count);
   }
 
-  async status(deadlineMs = 2000): Promise<{ version: string; dbSize: number }> {
+  /** Maintenance.Status; `leader` and `memberId` as decimal strings ('0': no leader known). */
+  async status(deadlineMs = 2000): Promise<{ version: string; dbSize: number; leader: string; memberId: string }> {
     const res = decode('etcdserverpb.StatusResponse', await this.call(PATH.status, encode('etcdserverpb.StatusRequest', {}), deadlineMs));
-    return { version: res.version, dbSize: Number(res.dbSize) };
+    return { version: res.version, dbSize: Number(res.dbSize), leader: bigint(res.leader).toString(), memberId: bigint(res.header?.memberId).toString() };
+  }
+
+  /** Maintenance.HashKV: the hash of the MVCC history through `revision` (0: the latest). */
+  async hashKv(revision: number, deadlineMs = 10_000): Promise<{ hash: number; revision: number }> {
+    const res = decode('etcdserverpb.HashKVResponse', await this.call(PATH.hashKv, encode('etcdserverpb.HashKVRequest', { revision }), deadlineMs));
+    return { hash: Number(res.hash), revision: Number(res.header?.revision ?? 0) };
   }
 
   close(): void {

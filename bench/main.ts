@@ -13,8 +13,9 @@ import { RATIO_NOTE, machineLine, ratios, table, writeDocs, type Report, type Sy
 import { REPO_ROOT, ensureEtcd, localObjectStore, startServer, type KvsObjectStore, type Server, type System } from './servers.js';
 import type { Rgw } from './rgw.js';
 import { Tally, type Target } from './tally.js';
-import { PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
-import { RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
+import { CLUSTER_NODES, PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
+import { CLUSTER_WORKLOADS, RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
+import { startCluster, type BenchCluster } from './cluster.js';
 
 const HELP = `Usage: npx kvs bench [flags]     (or: npm run bench -- [flags])
 
@@ -26,12 +27,16 @@ workload), runs each workload against both in alternating rounds, prints a table
   --warmup <s>          warm-up seconds before each round (default 2)
   --rounds <n>          split the measured time into n rounds, alternating the systems
                         (kvs, etcd, kvs, etcd, ...; default 2, --quick 1)
-  --workloads a,b       which workloads (default all: ${WORKLOADS.map((w) => w.name).join(',')})
+  --workloads a,b       which workloads (default all: ${WORKLOADS.map((w) => w.name).join(',')});
+                        the cluster-* ones run against ${CLUSTER_NODES}-member clusters of kvs and etcd
   --preload <n>         keys in the preloaded data set (default 100000)
-  --quick               smoke run: 1 s per workload, 0.25 s warm-up, 1 round, 5000 preloaded keys
+  --quick               smoke run: 1 s per workload, 0.25 s warm-up, 1 round, 5000 preloaded keys,
+                        1 failover round
+  --failover-rounds <n> kills of the leader per system in cluster-failover, alternating the
+                        systems; the table shows the median (default 5, --quick 1)
   --endpoints h:p,...   measure these etcd v3 endpoints instead (no servers started, no ratios;
                         writes under ${ROOT_PREFIX} and deletes that prefix afterwards; not the
-                        -auth workloads, which enable auth on the server)
+                        -auth workloads, which enable auth on the server, nor the cluster ones)
   --systems kvs,etcd    which servers to start (default both)
   --rgw                 also the workloads with kvs on Ceph RGW (${RGW_WORKLOADS.map((w) => w.name).join(',')}),
                         on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
@@ -48,6 +53,7 @@ interface Settings {
   durationS: number;
   warmupS: number;
   rounds: number;
+  failoverRounds: number;
   preloadKeys: number;
   endpoints?: string[];
   systems: System[];
@@ -73,6 +79,7 @@ function settings(argv: string[]): Settings | undefined {
       duration: { type: 'string' },
       warmup: { type: 'string' },
       rounds: { type: 'string' },
+      'failover-rounds': { type: 'string' },
       workloads: { type: 'string' },
       preload: { type: 'string' },
       quick: { type: 'boolean', default: false },
@@ -102,7 +109,10 @@ function settings(argv: string[]): Settings | undefined {
     // They create users and enable auth: only on servers started (and removed) here.
     const auth = workloads.filter((w) => w.auth);
     if (auth.length && a.workloads) throw new Error(`${auth.map((w) => w.name).join(', ')} enable auth on the server: not with --endpoints`);
-    workloads = workloads.filter((w) => !w.auth);
+    // They start (and kill) clusters of their own.
+    const cluster = workloads.filter((w) => w.cluster);
+    if (cluster.length && a.workloads) throw new Error(`${cluster.map((w) => w.name).join(', ')} start clusters of their own: not with --endpoints`);
+    workloads = workloads.filter((w) => !w.auth && !w.cluster);
   }
   const needsRgw = workloads.filter((w) => w.objectStore === 'rgw');
   if (needsRgw.length && !a.rgw) throw new Error(`${needsRgw.map((w) => w.name).join(', ')} need --rgw (Ceph RGW)`);
@@ -111,6 +121,7 @@ function settings(argv: string[]): Settings | undefined {
     durationS: positive('duration', a.duration, a.quick ? 1 : 10),
     warmupS: a.warmup === '0' ? 0 : positive('warmup', a.warmup, a.quick ? 0.25 : 2),
     rounds: Math.round(positive('rounds', a.rounds, a.quick ? 1 : 2)),
+    failoverRounds: Math.round(positive('failover-rounds', a['failover-rounds'], a.quick ? 1 : 5)),
     preloadKeys: Math.round(positive('preload', a.preload, a.quick ? 5000 : 100_000)),
     ...(a.endpoints ? { endpoints: list(a.endpoints) } : {}),
     systems: systems as System[],
@@ -127,7 +138,10 @@ const log = (s: string) => process.stderr.write(`bench: ${s}\n`);
 
 function describe(r: SystemResult): string {
   const l = r.latencyMs;
-  if (!l) return JSON.stringify(r.metrics);
+  if (!l) {
+    const round = (_k: string, v: unknown) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v);
+    return JSON.stringify(r.metrics, round) + (r.errors ? `, ${r.errors} errors (${r.firstError})` : '');
+  }
   return (
     `${Math.round(r.opsPerSec).toLocaleString('en-US')} ops/s, p50 ${l.p50.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms` +
     (r.errors ? `, ${r.errors} errors (${r.firstError})` : '')
@@ -141,7 +155,7 @@ async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, 
   for (const t of targets) {
     if (!w.preload || preloaded.has(`${t.name} ${preloadKeys}`)) continue;
     const t0 = Date.now();
-    await load.preload(t.endpoints[0]!, preloadKeys, PARALLEL, VALUE_BYTES);
+    await load.preload(t.preloadEndpoint ?? t.endpoints[0]!, preloadKeys, PARALLEL, VALUE_BYTES);
     log(`  ${t.name}: preloaded ${preloadKeys.toLocaleString('en-US')} keys in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     // Servers started here are fresh for each workload; with --endpoints the data set stays.
     if (!t.server) preloaded.add(`${t.name} ${preloadKeys}`);
@@ -161,6 +175,15 @@ async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, 
       }
     }
   }
+  if (w.trial) {
+    for (let r = 1; r <= s.failoverRounds; r++) {
+      for (const tally of tallies) {
+        if (tally.broken) continue;
+        const line = await tally.trial({ n: r, of: s.failoverRounds });
+        log(`  ${tally.target.name} (round ${r}/${s.failoverRounds}): ${line}`);
+      }
+    }
+  }
   const results = await Promise.all(tallies.map((t) => t.finish()));
   for (const r of results) log(`  ${r.system}: ${describe(r)}`);
   return results;
@@ -173,7 +196,8 @@ async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, 
 function compareWithBaselines(report: Report): void {
   for (const wr of report.workloads) {
     const w = workload(wr.workload);
-    const base = w.auth && report.workloads.find((b) => b.workload === w.auth!.baseline);
+    const baseName = w.baseline ?? w.auth?.baseline;
+    const base = baseName && report.workloads.find((b) => b.workload === baseName);
     if (!base) continue;
     const cpuPerOp = (r: SystemResult) => (r.cpuSeconds.server != null && r.ops > 0 ? r.cpuSeconds.server / r.ops : undefined);
     for (const r of wr.results) {
@@ -187,6 +211,36 @@ function compareWithBaselines(report: Report): void {
     const etcd = wr.results.find((r) => r.system === 'etcd');
     if (kvs && etcd) wr.ratios = ratios(kvs, etcd, w.metrics ?? []);
   }
+}
+
+/** A cluster workload that failed or saw errors: every member's recent output, next to --out. */
+async function saveClusterLogs(s: Settings, w: Workload, clusters: BenchCluster[]): Promise<void> {
+  for (const c of clusters) await saveLog(s, w, c.system, c.output());
+}
+
+async function saveLog(s: Settings, w: Workload, system: string, output: string): Promise<void> {
+  const file = s.out.replace(/\.json$/, '') + `-${w.name}-${system}.log`;
+  try {
+    await mkdir(path.dirname(file), { recursive: true });
+    await writeFile(file, output);
+    log(`  ${system}: the members' recent output is in ${path.relative(process.cwd(), file) || file}`);
+  } catch (err) {
+    log(`  ${system}: could not save the members' output: ${(err as Error).message}`);
+  }
+}
+
+/** Warns (and notes in the JSON) when a cluster's leader changed during a timed workload. */
+async function checkLeader(c: BenchCluster, before: number, wr: WorkloadResult): Promise<void> {
+  const r = wr.results.find((x) => x.system === c.system);
+  let now: number | undefined;
+  try {
+    now = await c.leader(10_000);
+  } catch (err) {
+    log(`  ${c.system}: WARNING: no agreed leader after the workload: ${(err as Error).message}`);
+  }
+  if (now === before) return;
+  if (now !== undefined) log(`  ${c.system}: WARNING: the leader changed during the workload (${c.members[before]!.name} -> ${c.members[now]!.name})`);
+  if (r) r.metrics.leaderChanged = 1;
 }
 
 async function main(): Promise<number> {
@@ -207,6 +261,8 @@ async function main(): Promise<number> {
       durationS: s.durationS,
       warmupS: s.warmupS,
       rounds: s.rounds,
+      failoverRounds: s.failoverRounds,
+      clusterNodes: CLUSTER_NODES,
       preloadKeys: s.preloadKeys,
       keyBytes: KEY_BYTES,
       valueBytes: VALUE_BYTES,
@@ -239,16 +295,46 @@ async function main(): Promise<number> {
       log(`${w.name}: ${w.summary}`);
       const wr: WorkloadResult = { workload: w.name, summary: w.summary, results: [] };
       const servers: Server[] = [];
+      const clusters: BenchCluster[] = [];
+      const leaders = new Map<string, number>();
       try {
         let targets: Target[];
         if (s.endpoints) {
           targets = [{ name: s.endpoints.join(','), endpoints: s.endpoints }];
+        } else if (w.cluster) {
+          targets = [];
+          for (const system of s.systems) {
+            const t0 = Date.now();
+            const c = await startCluster(system, CLUSTER_NODES).catch(async (err: Error & { output?: string }) => {
+              if (err.output) await saveLog(s, w, system, err.output);
+              throw err;
+            });
+            clusters.push(c);
+            const leader = await c.leader();
+            // A follower: the member after the leader.
+            const at = w.cluster === 'leader' ? leader : (leader + 1) % CLUSTER_NODES;
+            const server = c.asServer(c.endpoints[at]!);
+            servers.push(server);
+            targets.push({ name: system, endpoints: [server.endpoint], server, preloadEndpoint: c.endpoints[leader]!, cluster: c });
+            leaders.set(system, leader);
+            log(
+              `  ${system}: ${CLUSTER_NODES} members started in ${((Date.now() - t0) / 1000).toFixed(1)} s, ${c.members[leader]!.name} leads` +
+                (w.clients > 0 ? `; clients on ${c.members[at]!.name} (${at === leader ? 'the leader' : 'a follower'})` : ''),
+            );
+            for (const note of c.notes) log(`  ${system}: NOTE: ${note}`);
+          }
         } else {
           // Fresh servers for each workload: no history or garbage from earlier workloads.
           for (const system of s.systems) servers.push(await startServer(system, system === 'kvs' ? await objectStore(w) : undefined));
           targets = servers.map((server) => ({ name: server.system, endpoints: [server.endpoint], server }));
         }
         wr.results = await runWorkload(w, targets, load, s, preloaded);
+        // The timed cluster workloads assume one leader throughout.
+        if (w.clients > 0) for (const c of clusters) await checkLeader(c, leaders.get(c.system)!, wr);
+        if (wr.results.some((r) => r.errors)) await saveClusterLogs(s, w, clusters);
+      } catch (err) {
+        await saveClusterLogs(s, w, clusters);
+        throw err;
       } finally {
         for (const server of servers) await server.stop();
       }

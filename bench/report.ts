@@ -42,6 +42,10 @@ export interface Report {
     durationS: number;
     warmupS: number;
     rounds: number;
+    /** cluster-failover: kills of the leader per system. */
+    failoverRounds?: number;
+    /** Members of the cluster workloads' clusters. */
+    clusterNodes?: number;
     preloadKeys: number;
     keyBytes: number;
     valueBytes: number;

@@ -50,6 +50,27 @@ const live = new Map<number, { group: boolean }>();
 const dirs = new Set<string>();
 let hooked = false;
 
+/**
+ * Records a process (or process group) and a temp dir as this run's, so that they are killed
+ * and removed even when the bench exits on an error or a signal (bench/cluster.ts uses it too).
+ */
+export const cleanup = {
+  process(pid: number, group: boolean): void {
+    hook();
+    live.set(pid, { group });
+  },
+  processGone(pid: number): void {
+    live.delete(pid);
+  },
+  dir(d: string): void {
+    hook();
+    dirs.add(d);
+  },
+  dirGone(d: string): void {
+    dirs.delete(d);
+  },
+};
+
 function hook(): void {
   if (hooked) return;
   hooked = true;
@@ -74,13 +95,13 @@ function hook(): void {
 
 // ------------------------------------------------------------------ helpers
 
-function env(drop: (name: string) => boolean): NodeJS.ProcessEnv {
+export function env(drop: (name: string) => boolean): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !drop(k) && k !== 'NODE_TEST_CONTEXT') out[k] = v;
   return out;
 }
 
-class Tail {
+export class Tail {
   private buf = '';
   push(s: string): void {
     this.buf = (this.buf + s).slice(-64 * 1024);
@@ -112,13 +133,13 @@ async function du(p: string): Promise<{ allocated: number; apparent: number }> {
   return { allocated, apparent };
 }
 
-async function diskUsage(db: string, wal: string): Promise<DiskUsage> {
+export async function diskUsage(db: string, wal: string): Promise<DiskUsage> {
   const [d, w] = await Promise.all([du(db), du(wal)]);
   return { db: d.allocated, wal: w.allocated, dbApparent: d.apparent, walApparent: w.apparent };
 }
 
 /** Resolves once Maintenance.Status answers; rejects if the process exits or after `ms`. */
-async function waitReady(endpoint: string, child: ChildProcess, ms: number, what: string, out: Tail): Promise<void> {
+export async function waitReady(endpoint: string, child: ChildProcess, ms: number, what: string, out: Tail): Promise<void> {
   const deadline = Date.now() + ms;
   let last = '';
   while (Date.now() < deadline) {

@@ -1,6 +1,8 @@
 // Smoke test of the benchmark suite: a --quick run of seq-put, seq-put-store-local (kvs on a
 // local-directory object store), seq-get and watch against kvs and etcd must produce a JSON report with positive throughput for both systems and ordered
-// percentiles. No timing thresholds: this checks the machinery, not the numbers.
+// percentiles; a --quick run of cluster-par-get (linearizable gets on a follower) and
+// cluster-failover (one kill -9 of the leader) against three-member clusters of both must too.
+// No timing thresholds: this checks the machinery, not the numbers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -60,4 +62,54 @@ test('kvs bench: the RGW workloads need --rgw', async () => {
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   assert.equal(code, 2);
   assert.match(output, /seq-put-store-rgw need --rgw \(Ceph RGW\)/);
+});
+
+test('bench --quick runs cluster-par-get and cluster-failover against 3-member kvs and etcd clusters', { timeout: 240_000 }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'results.json');
+
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'cluster-par-get,cluster-failover', '--out', out], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (b: Buffer) => (output += b));
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
+
+  const report = JSON.parse(await readFile(out, 'utf8')) as Report;
+  assert.equal(report.settings.clusterNodes, 3);
+  assert.deepEqual(report.workloads.map((w) => w.workload), ['cluster-par-get', 'cluster-failover']);
+  const [get, failover] = report.workloads;
+  for (const r of get!.results) {
+    assert.equal(r.errors, 0, `cluster-par-get on ${r.system}: ${r.firstError}`);
+    assert.ok(r.opsPerSec > 0, `cluster-par-get on ${r.system}: ops/s ${r.opsPerSec}`);
+    assert.equal(r.metrics.leaderChanged, undefined, `cluster-par-get on ${r.system}: the leader changed`);
+    // The whole cluster's processes: kvs three supervisors' families, etcd three members.
+    assert.ok(Object.keys(r.cpuSeconds.byServerProcess ?? {}).length > 0);
+  }
+  assert.ok(get!.ratios && get!.ratios.opsPerSec! > 0);
+  assert.deepEqual(failover!.results.map((r) => r.system).sort(), ['etcd', 'kvs']);
+  for (const r of failover!.results) {
+    assert.equal(r.errors, 0, `cluster-failover on ${r.system}: ${r.firstError}`);
+    assert.equal(r.metrics.failoverRounds, 1);
+    assert.ok(r.metrics.failoverMs! > 0, `cluster-failover on ${r.system}: ${JSON.stringify(r.metrics)}`);
+  }
+  assert.ok(failover!.ratios && failover!.ratios.failoverMs! > 0);
+  assert.match(output, /\| cluster-failover/);
+});
+
+test('kvs bench: the cluster workloads are not for --endpoints', async () => {
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--endpoints', '127.0.0.1:1', '--workloads', 'cluster-seq-put'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 2);
+  assert.match(output, /cluster-seq-put start clusters of their own: not with --endpoints/);
 });

@@ -6,13 +6,16 @@ import { cpuSeconds, cpuSecondsOf, processName } from './proc.js';
 import type { SystemResult } from './report.js';
 import type { Server } from './servers.js';
 import { merge, summarize } from './stats.js';
-import type { MeasureTarget, Workload, WorkloadOptions } from './workload.js';
+import type { ClusterControl, MeasureTarget, Workload, WorkloadOptions } from './workload.js';
 
-/** What a workload runs against: a server started here, or remote endpoints. */
+/** What a workload runs against: a server (or a cluster) started here, or remote endpoints. */
 export interface Target {
   name: string;
   endpoints: string[];
   server?: Server;
+  /** Where the preload goes, when not to endpoints[0] (a cluster: its leader). */
+  preloadEndpoint?: string;
+  cluster?: ClusterControl;
 }
 
 /** Lead time of the -auth workloads' rounds: connecting and 16 logins before the warm-up. */
@@ -32,6 +35,9 @@ export class Tally {
   private durationS = 0;
   private clientCpu = 0;
   private serverCpu: Record<string, number> | null = null;
+  private readonly trials: Record<string, number>[] = [];
+  /** A trial failed: the target may be left broken, so no more trials run on it. */
+  broken = false;
 
   constructor(
     readonly target: Target,
@@ -79,6 +85,40 @@ export class Tally {
     );
   }
 
+  /** One trial of a workload without a timed phase (cluster-failover). Returns a one-line summary. */
+  async trial(round: { n: number; of: number }): Promise<string> {
+    const kv = new KvClient(this.target.endpoints[0]!);
+    try {
+      const { numbers, note, failed } = await this.workload.trial!(this.measureTarget(kv), this.opts, round);
+      this.trials.push(numbers);
+      if (failed) {
+        this.broken = true;
+        this.errors++;
+        this.firstError ??= failed;
+        return `${note}; FAILED: ${failed}`;
+      }
+      return note;
+    } catch (err) {
+      this.broken = true;
+      this.errors++;
+      const msg = (err as Error).message.split('\n')[0]!;
+      this.firstError ??= msg;
+      return `failed: ${msg}`;
+    } finally {
+      kv.close();
+    }
+  }
+
+  private measureTarget(kv: KvClient): MeasureTarget {
+    const { server, cluster } = this.target;
+    return {
+      system: this.target.name,
+      kv,
+      ...(server ? { disk: () => server.disk(), rss: () => server.rss(), pss: () => server.pss() } : {}),
+      ...(cluster ? { cluster } : {}),
+    };
+  }
+
   /** The result over all rounds, with the workload's own numbers (`measure`). */
   async finish(): Promise<SystemResult> {
     const { target: t, workload: w } = this;
@@ -103,16 +143,12 @@ export class Tally {
       rssBytes: null,
       metrics: {},
     };
+    if (w.summarize && this.trials.length) result.metrics = w.summarize(this.trials);
     if (w.measure) {
       const kv = new KvClient(t.endpoints[0]!);
       try {
-        const server = t.server;
-        const target: MeasureTarget = {
-          system: t.name,
-          kv,
-          ...(server ? { disk: () => server.disk(), rss: () => server.rss(), pss: () => server.pss() } : {}),
-        };
-        result.metrics = await w.measure(target, { ops: result.ops, bytes: result.bytes, durationS: result.durationS }, this.opts);
+        const target = this.measureTarget(kv);
+        Object.assign(result.metrics, await w.measure(target, { ops: result.ops, bytes: result.bytes, durationS: result.durationS }, this.opts));
       } finally {
         kv.close();
       }

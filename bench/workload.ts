@@ -48,6 +48,29 @@ export interface MeasureTarget {
   rss?(): number;
   /** The same as proportional set size (pages shared between its processes counted once). */
   pss?(): number;
+  /** The cluster, for the cluster workloads (bench/cluster.ts). */
+  cluster?: ClusterControl;
+}
+
+/** Members of the cluster workloads' clusters (kvs nodes, etcd members). */
+export const CLUSTER_NODES = 3;
+
+/** Which member of a cluster the clients talk to: the leader, or a follower. */
+export type ClusterRole = 'leader' | 'follower';
+
+/** A cluster started for a workload, as a `trial` sees it (main process). */
+export interface ClusterControl {
+  /** The members in start order (n1, n2, n3). */
+  readonly members: readonly { name: string; endpoint: string }[];
+  /** Waits until every running member names the same leader, one of them; returns its index. */
+  leader(deadlineMs?: number): Promise<number>;
+  /**
+   * kill -9 of member i (kvs: the node's whole process group, supervisor and components; etcd:
+   * the member process). Resolves once it is gone, with performance.now() just before the signal.
+   */
+  kill9(i: number): Promise<number>;
+  /** Starts member i again on its own data dir, ports and flags; resolves once it answers Status. */
+  restart(i: number): Promise<void>;
 }
 
 /** A workload-specific number shown in the table's last column and compared between systems. */
@@ -71,6 +94,15 @@ export interface Workload {
   preloadScale?: number;
   /** Builds one client's operation (load-generator process). */
   op?(ctx: OpContext): Op;
+  /**
+   * Without a timed phase: one trial (e.g. a failover), run `--failover-rounds` times per
+   * system, the systems alternating (kvs, etcd, kvs, ...), in the main process. Returns its
+   * numbers and a line for the log, and `failed` when the trial measured but left the target
+   * unfit for another round (it then counts as an error, and no more trials run on it);
+   * `summarize` folds all trials' numbers into the result's metrics.
+   */
+  trial?(target: MeasureTarget, opts: WorkloadOptions, round: { n: number; of: number }): Promise<{ numbers: Record<string, number>; note: string; failed?: string }>;
+  summarize?(trials: Record<string, number>[]): Record<string, number>;
   /** Extra numbers after the timed phase (main process). */
   measure?(target: MeasureTarget, run: RunSummary, opts: WorkloadOptions): Promise<Record<string, number>>;
   /** Which of `measure`'s numbers the table shows. */
@@ -86,6 +118,25 @@ export interface Workload {
    * the same workload without auth; when both ran, the table compares with it.
    */
   auth?: { baseline: string };
+  /**
+   * Runs against a cluster of CLUSTER_NODES members of each system (bench/cluster.ts) instead
+   * of one server; the clients talk to the leader or to a follower; the preload goes through
+   * the leader. Server CPU and memory are the whole cluster's.
+   */
+  cluster?: ClusterRole;
+  /**
+   * The same workload on one server (cluster workloads): when both ran, each system's row shows
+   * its ops/s and server CPU per op relative to the baseline's (as the -auth workloads do).
+   */
+  baseline?: string;
+}
+
+/** The `other` column's comparison with a baseline workload (main.ts fills the numbers in). */
+export function baselineMetrics(b: string): Metric[] {
+  return [
+    { key: 'opsVsBaseline', label: `ops/s vs ${b}`, format: (v) => `ops/s ${v.toFixed(2)}× ${b}`, better: 'higher' },
+    { key: 'cpuPerOpVsBaseline', label: `CPU/op vs ${b}`, format: (v) => `server CPU/op ${v.toFixed(2)}× ${b}`, better: 'lower' },
+  ];
 }
 
 export type ObjectStoreKind = 'local' | 'rgw';

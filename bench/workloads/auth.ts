@@ -3,7 +3,7 @@
 // the timed phase and sends its token in the `token` metadata of every request. The op is the
 // baseline's own; KvClient adds the token. When the baseline ran too, each system's row shows
 // its ops/s and server CPU per op relative to the baseline's (main.ts fills them in).
-import type { Workload } from '../workload.js';
+import { baselineMetrics, type Workload } from '../workload.js';
 import { parPut } from './put.js';
 import { parGet } from './get.js';
 
@@ -14,10 +14,7 @@ function withAuth(base: Workload): Workload {
     name: `${b}-auth`,
     summary: `${base.summary}; auth enabled, a user's token on every request`,
     auth: { baseline: b },
-    metrics: [
-      { key: 'opsVsBaseline', label: `ops/s vs ${b}`, format: (v) => `ops/s ${v.toFixed(2)}× ${b}`, better: 'higher' },
-      { key: 'cpuPerOpVsBaseline', label: `CPU/op vs ${b}`, format: (v) => `server CPU/op ${v.toFixed(2)}× ${b}`, better: 'lower' },
-    ],
+    metrics: baselineMetrics(b),
   };
 }
 

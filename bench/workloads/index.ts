@@ -7,8 +7,20 @@ import { range } from './range.js';
 import { size, size10x } from './size.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
+import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster.js';
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x];
+/** Against a three-member cluster of each system (bench/cluster.ts). */
+export const CLUSTER_WORKLOADS: readonly Workload[] = [
+  clusterSeqPut,
+  clusterParPut,
+  clusterSeqPutViaFollower,
+  clusterParPutViaFollower,
+  clusterSeqGet,
+  clusterParGet,
+  clusterFailover,
+];
+
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];
