@@ -272,7 +272,8 @@ export async function listenPeer(server: grpc.Server, addr: string, creds: PeerC
   }
 
   const opening = new Set<net.Socket>();
-  const listener = net.createServer((socket) => {
+  // noDelay: a replicated batch and its ACK are small writes; Nagle would hold them for an ACK.
+  const listener = net.createServer({ noDelay: true }, (socket) => {
     const host = String(socket.remoteAddress); // read now: node forgets it once the socket closes
     opening.add(socket);
     const onError = () => socket.destroy();

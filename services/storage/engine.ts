@@ -137,6 +137,11 @@ export class Engine {
   replicate: Replicate | undefined;
   /** Called when the role changes (storage's main starts or stops leader-only work). */
   onRole: (role: ClusterRole) => void = () => {};
+  /**
+   * Follower: the records appended since the last apply, in order, so that applying them does not
+   * read the WAL file back (empty after a restart: then the WAL is read).
+   */
+  private staged: WalRecord[] = [];
 
   private constructor(
     readonly db: MvccDb,
@@ -386,6 +391,7 @@ export class Engine {
 
   /** Drops staged WAL entries (never applied) and re-reads the counters the batch advanced. */
   private dropUnapplied(): void {
+    this.staged = [];
     const dropped = this.wal.truncateAfter(BigInt(this.index));
     this.executor.reload();
     this.lessor.reload();
@@ -411,6 +417,7 @@ export class Engine {
         const mine = staged.get(records[i].index);
         if (mine && !Buffer.from(mine).equals(Buffer.from(records[i].payload))) {
           const dropped = this.wal.truncateAfter(records[i].index - 1n);
+          this.staged = this.staged.filter((r) => r.index < records[i].index);
           this.log.warn({ from: Number(records[i].index), dropped }, 'staged WAL entries differ from the committed history; dropped');
           break;
         }
@@ -420,17 +427,29 @@ export class Engine {
     if (fresh.length && fresh[0].index !== this.wal.lastIndex + 1n) {
       throw new Error(`replication gap: the WAL ends at ${this.wal.lastIndex} but the leader sent ${fresh[0].index}`);
     }
-    if (fresh.length) this.wal.appendSync(fresh);
+    if (fresh.length) {
+      this.wal.appendSync(fresh);
+      for (const r of fresh) this.staged.push(r);
+    }
     this.applyThrough(Math.min(commitThrough, this.lastIndex));
   }
 
   /** Applies staged WAL entries through `through` in one LMDB transaction, and publishes them. */
   applyThrough(through: number): void {
     if (through <= this.index) return;
-    const records: WalRecord[] = [];
-    for (const rec of this.wal.readFrom(BigInt(this.index) + 1n)) {
-      if (rec.index > BigInt(through)) break;
-      records.push(rec);
+    const next = BigInt(this.index) + 1n;
+    let records: WalRecord[] = [];
+    const k = this.staged.findIndex((r) => r.index === next);
+    if (k >= 0 && this.staged[this.staged.length - 1].index >= BigInt(through)) {
+      const end = k + Number(BigInt(through) - next) + 1;
+      records = this.staged.slice(k, end);
+      this.staged = this.staged.slice(end);
+    } else {
+      for (const rec of this.wal.readFrom(next)) {
+        if (rec.index > BigInt(through)) break;
+        records.push(rec);
+      }
+      this.staged = this.staged.filter((r) => r.index > BigInt(through));
     }
     this.db.env.transactionSync(() => {
       for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
