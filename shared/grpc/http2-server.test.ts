@@ -1,6 +1,8 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import net from 'node:net';
+import { createRequire } from 'node:module';
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
 import { GrpcServer, ServerCall, encodeGrpcMessage, parseTimeout, type UnaryCallback } from './http2-server.js';
@@ -231,4 +233,118 @@ test('a handler that answers after its client went away does not take the server
   call.cancel();
   await answered;
   assert.equal((await unary(c, 'Put', { key: Buffer.from('k') })).err, null);
+});
+
+// ---------------------------------------------------------------- a client's GOAWAY, frame by frame
+
+// hpack.js (a dependency, see authority.ts): the client's side of the HPACK tables.
+const hpack = createRequire(import.meta.url)('hpack.js') as {
+  compressor: { create(o: { table: { size: number } }): { write(f: { name: string; value: string }[]): void; read(): Buffer | null } };
+  decompressor: { create(o: { table: { size: number } }): { write(b: Buffer): void; execute(): void; read(): { name: string; value: string } | null } };
+};
+
+function h2frame(type: number, flags: number, stream: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head[3] = type;
+  head[4] = flags;
+  head.writeUInt32BE(stream, 5);
+  return Buffer.concat([head, payload]);
+}
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+const [DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY] = [0x0, 0x1, 0x3, 0x4, 0x7];
+const [END_STREAM, END_HEADERS, ACK] = [0x1, 0x4, 0x1];
+
+function goawayFrame(code: number): Buffer {
+  const p = Buffer.alloc(8);
+  p.writeUInt32BE(0, 0); // last-stream-id: the client accepts no stream of the server's (there are none)
+  p.writeUInt32BE(code, 4);
+  return h2frame(GOAWAY, 0, 0, p);
+}
+
+/** A Range request on `stream` (HEADERS, then its one message with END_STREAM). */
+function rangeRequest(enc: ReturnType<typeof hpack.compressor.create>, stream: number): Buffer {
+  enc.write([
+    { name: ':method', value: 'POST' },
+    { name: ':scheme', value: 'http' },
+    { name: ':path', value: '/etcdserverpb.KV/Range' },
+    { name: ':authority', value: '127.0.0.1' },
+    { name: 'content-type', value: 'application/grpc' },
+    { name: 'te', value: 'trailers' },
+  ]);
+  const block: Buffer[] = [];
+  for (let c = enc.read(); c; c = enc.read()) block.push(c);
+  const msg = Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x01, 0x6b]); // RangeRequest{key: "k"}
+  return Buffer.concat([h2frame(HEADERS, END_HEADERS, stream, Buffer.concat(block)), h2frame(DATA, END_STREAM, stream, msg)]);
+}
+
+/** A raw HTTP/2 client connection: what the server sent, frame by frame, headers decoded. */
+async function rawClient(t: TestContext, port: number) {
+  const socket = net.connect(port, '127.0.0.1');
+  t.after(() => socket.destroy());
+  await once(socket, 'connect');
+  const dec = hpack.decompressor.create({ table: { size: 4096 } });
+  const frames: { type: number; flags: number; stream: number; headers?: Record<string, string>; code?: number; last?: number }[] = [];
+  let pending = Buffer.alloc(0);
+  socket.on('data', (chunk: Buffer) => {
+    pending = Buffer.concat([pending, chunk]);
+    while (pending.length >= 9 && pending.length >= 9 + pending.readUIntBE(0, 3)) {
+      const len = pending.readUIntBE(0, 3);
+      const f = { type: pending[3]!, flags: pending[4]!, stream: pending.readUInt32BE(5) & 0x7fffffff, payload: pending.subarray(9, 9 + len) };
+      pending = pending.subarray(9 + len);
+      const out: (typeof frames)[number] = { type: f.type, flags: f.flags, stream: f.stream };
+      if (f.type === HEADERS) {
+        dec.write(f.payload);
+        dec.execute();
+        out.headers = {};
+        for (let h = dec.read(); h; h = dec.read()) out.headers[h.name] = h.value;
+      }
+      if (f.type === RST_STREAM) out.code = f.payload.readUInt32BE(0);
+      if (f.type === GOAWAY) [out.last, out.code] = [f.payload.readUInt32BE(0), f.payload.readUInt32BE(4)];
+      if (f.type === SETTINGS && !(f.flags & ACK)) socket.write(h2frame(SETTINGS, ACK, 0));
+      frames.push(out);
+    }
+  });
+  return { socket, frames, enc: hpack.compressor.create({ table: { size: 4096 } }) };
+}
+
+test("requests that arrive with the client's GOAWAY are served, then the session closes as node closes it", async (t) => {
+  const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
+  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { count: 7 }) });
+  const port = await server.listen('127.0.0.1:0');
+  t.after(() => server.shutdown(100));
+
+  const c = await rawClient(t, port);
+  // What node's http2 client (so grpc-js) sends for requests made in the same turn as
+  // session.close(): its GOAWAY first (nghttp2 sends control frames before new streams),
+  // then the requests' HEADERS and DATA, in one write.
+  c.socket.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0), goawayFrame(0), rangeRequest(c.enc, 1), rangeRequest(c.enc, 3)]));
+  // Served: each stream's answer ends with grpc-status 0; nothing is refused. Then the server
+  // closes the session (its GOAWAY names both streams as processed) and the connection.
+  await once(c.socket, 'close');
+  for (const stream of [1, 3]) {
+    assert.deepEqual(
+      c.frames.filter((f) => f.stream === stream).map((f) => [f.type, f.headers?.['grpc-status'] ?? f.code]),
+      [
+        [HEADERS, undefined],
+        [DATA, undefined],
+        [HEADERS, '0'],
+      ],
+      `stream ${stream}: ${JSON.stringify(c.frames)}`,
+    );
+  }
+  const goaways = c.frames.filter((f) => f.type === GOAWAY);
+  assert.ok(goaways.length > 0);
+  for (const g of goaways) assert.deepEqual([g.code, g.last], [0, 3]);
+});
+
+test('a GOAWAY with an error code from the client ends the session at once, refusing what came with it', async (t) => {
+  const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
+  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, {}) });
+  const port = await server.listen('127.0.0.1:0');
+  t.after(() => server.shutdown(100));
+  const c = await rawClient(t, port);
+  c.socket.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0), goawayFrame(2 /* INTERNAL_ERROR */), rangeRequest(c.enc, 1)]));
+  await once(c.socket, 'close');
+  assert.deepEqual(c.frames.filter((f) => f.stream === 1 && f.type === HEADERS), []);
 });

@@ -56,6 +56,7 @@ const {
   HTTP2_HEADER_METHOD,
   HTTP2_HEADER_CONTENT_TYPE,
   HTTP2_HEADER_STATUS,
+  NGHTTP2_NO_ERROR,
 } = http2.constants;
 
 const RESPONSE_HEADERS = {
@@ -396,6 +397,7 @@ export class GrpcServer {
       session.on('close', () => this.sessions.delete(session));
       // A client that breaks the connection is that client's problem; the server goes on.
       session.on('error', () => {});
+      session.on('goaway', onClientGoaway);
     });
     // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
     this.h2.on('unknownProtocol', (socket: tls.TLSSocket) => {
@@ -613,6 +615,50 @@ export class GrpcServer {
 }
 
 function noCallback(): void {}
+
+/**
+ * A client's GOAWAY does not end what the client sent with it. Its last-stream-id names the
+ * last stream the *server* opened that the client will process (none here); the client may
+ * have opened streams of its own just before, and node's http2 client even puts the GOAWAY
+ * of `session.close()` on the wire ahead of the HEADERS of a request made in the same turn
+ * (nghttp2 sends control frames before new streams). grpc-js closes a connection that way
+ * whenever the last channel using it is closed (the etcd3 client closes its channels on any
+ * watch-stream error, its own cancels included), so a call it had just started arrives right
+ * after its GOAWAY, usually in the same read.
+ *
+ * Node's http2 server answers a client's GOAWAY (NO_ERROR) with `session.close()` at once,
+ * while nghttp2 is still in the middle of that read: the frames after the GOAWAY are parsed
+ * with the session already closed, so their streams are refused (node resets them with
+ * REFUSED_STREAM and its own GOAWAY names none of them as processed), which grpc-js retries
+ * on the channel it has just closed: UNAVAILABLE. grpc-go's server (etcd's plaintext port)
+ * serves them. Here node's `close()` that follows the 'goaway' event
+ * is put off to the next turn of the event loop (setImmediate), after the read and what
+ * arrived with it: those streams are served, then the session closes as node would have
+ * closed it (its own GOAWAY, the open streams finish, then the connection ends). A stream
+ * sent later still gets node's answer: nghttp2 stops reading once a GOAWAY was received and
+ * no stream is open, and a closed session refuses new streams. A GOAWAY with an error code
+ * still destroys the session at once (node's rule).
+ */
+function onClientGoaway(this: http2.ServerHttp2Session, code: number): void {
+  if (code !== NGHTTP2_NO_ERROR) return;
+  // node calls session.close() right after emitting 'goaway': that one call is deferred.
+  Object.defineProperty(this, 'close', { value: deferClose, configurable: true, writable: true });
+  // Should node not make that call (another version), the session's close() is restored anyway.
+  queueMicrotask(restoreClose.bind(this));
+}
+
+function deferClose(this: http2.ServerHttp2Session): void {
+  restoreClose.call(this);
+  setImmediate(closeSession, this);
+}
+
+function closeSession(session: http2.ServerHttp2Session): void {
+  session.close();
+}
+
+function restoreClose(this: http2.ServerHttp2Session): void {
+  if (Object.hasOwn(this, 'close')) delete (this as { close?: unknown }).close;
+}
 
 function tooLarge(size: number, max: number): StatusLike {
   return { code: Status.RESOURCE_EXHAUSTED, details: `grpc: received message larger than max (${size} vs. ${max})` };
