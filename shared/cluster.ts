@@ -1,5 +1,10 @@
-// Cluster facts several processes share: a node's member id, its roles' names.
+// Cluster facts several processes share: a node's member and cluster ids, the role values of
+// proto/kvs/peer.proto's Role enum.
 import { createHash } from 'node:crypto';
+
+/** kvs.peer.Role, as its messages carry it. */
+export const Role = { UNKNOWN: 0, LEADER: 1, FOLLOWER: 2 } as const;
+export type RoleValue = (typeof Role)[keyof typeof Role];
 
 /**
  * A node's etcd member id, from its --node-id: stable across restarts and restores (the

@@ -4,9 +4,9 @@
 import * as grpc from '@grpc/grpc-js';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { Role } from '../../shared/cluster.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
-const LEADER = 1;
 
 export class LeaderRole {
   leading = false;
@@ -25,7 +25,7 @@ export class LeaderRole {
     const call = this.client.State({}) as grpc.ClientReadableStream<{ role: number; term: unknown }>;
     this.call = call;
     call.on('data', (s: { role: number; term: unknown }) => {
-      this.leading = s.role === LEADER;
+      this.leading = s.role === Role.LEADER;
       if (num(s.term as number) > 0) this.term = num(s.term as number);
     });
     const broken = () => {

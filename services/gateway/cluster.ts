@@ -7,6 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { Role } from '../../shared/cluster.js';
 import { BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
@@ -14,7 +15,6 @@ import type { FeedLink } from './watch/feed-link.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
 
-export const Role = { UNKNOWN: 0, LEADER: 1, FOLLOWER: 2 } as const;
 
 export interface MemberView {
   nodeId: string;

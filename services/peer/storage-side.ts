@@ -5,8 +5,8 @@ import type * as grpc from '@grpc/grpc-js';
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../../shared/log.js';
 
-export const Role = { UNKNOWN: 0, LEADER: 1, FOLLOWER: 2 } as const;
-export type RoleValue = (typeof Role)[keyof typeof Role];
+import { Role, type RoleValue } from '../../shared/cluster.js';
+export { Role, type RoleValue };
 
 type U64 = number | { toNumber(): number };
 export const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());

@@ -9,6 +9,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { Role } from '../../shared/cluster.js';
 import { EtcdError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
@@ -16,7 +17,6 @@ import type { Engine } from './engine.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
 
-export const Role = { UNKNOWN: 0, LEADER: 1, FOLLOWER: 2 } as const;
 
 type U64 = number | { toNumber(): number };
 const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());
