@@ -53,8 +53,8 @@ interface FollowerConn {
   durableThrough: number;
   lastAckAt: number;
   /**
-   * It has held everything this leader has at least once. Until then it is not waited for (a
-   * follower catching up on a long backlog would stall every write) and counts as disconnected.
+   * It has held everything committed at least once. Until then it is not waited for (a follower
+   * catching up on a long backlog would stall every write) and counts as disconnected.
    */
   caughtUp: boolean;
 }
@@ -261,7 +261,9 @@ export class Leadership {
       if (m.ack && conn) {
         conn.durableThrough = Math.max(conn.durableThrough, n(m.ack.durableThrough as number));
         conn.lastAckAt = performance.now();
-        if (!conn.caughtUp && conn.durableThrough >= this.lastIndex) {
+        // Caught up: it holds everything committed. (Not "everything this leader has": under a
+        // steady load a batch is always in flight, and one not waited for would trail it forever.)
+        if (!conn.caughtUp && conn.durableThrough >= this.committedThrough) {
           conn.caughtUp = true;
           this.o.log.info({ follower: conn.member.nodeId, index: conn.durableThrough }, 'follower caught up');
           this.publishState();
@@ -293,7 +295,7 @@ export class Leadership {
     }
     const old = this.followers.get(member.nodeId);
     if (old) old.call.end();
-    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now(), caughtUp: from - 1 >= this.lastIndex };
+    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now(), caughtUp: from - 1 >= this.committedThrough };
     this.followers.set(member.nodeId, conn);
     this.disconnected.delete(member.nodeId);
     log.info({ follower: member.nodeId, from }, 'follower connected');

@@ -109,7 +109,7 @@ async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logge
 /**
  * Cluster mode: uploads are asynchronous and made only while this node leads (segments as they
  * are sealed, and at election what the object store lacks); a follower's WAL is trimmed once
- * LMDB holds it, since the leader's uploads are the object store's copy.
+ * LMDB holds it and it is older than the last --peer-buffer-size entries.
  */
 async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger, engine: () => Engine | undefined): Promise<EngineOptions> {
   reportState('waiting for the archiver');
@@ -118,7 +118,9 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
   const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => leading() && uploadSegment(seg, link, log) });
   return {
     wal,
-    archivedThrough: () => (leading() ? link.archivedThrough : Infinity),
+    // A follower keeps the last --peer-buffer-size entries past what LMDB holds: should it lead,
+    // it serves followers catching up from them (its buffer is seeded from its WAL).
+    archivedThrough: () => (leading() ? link.archivedThrough : Math.max(0, (engine()?.appliedIndex ?? 0) - cfg.peerBufferSize)),
     cluster: { memberId: memberIdOf(cfg.nodeId), clusterId: clusterIdOf(cfg.s3Bucket!, cfg.s3Prefix) },
   };
 }
