@@ -376,8 +376,10 @@ export class Engine {
   }
 
   /**
-   * Becomes a follower (or electing, `none`): queued writes fail with etcd's no-leader error,
-   * and staged entries are dropped once no batch is in flight (the leader sends them again).
+   * Becomes a follower (or electing, `none`): queued writes fail with etcd's no-leader error.
+   * Following a leader, staged entries are dropped once no batch is in flight (the leader sends
+   * them again). Electing, they are kept: the previous leader may have acknowledged them, and if
+   * this node takes over it applies them.
    */
   async becomeFollower(role: 'follower' | 'none', term: number): Promise<void> {
     if (term) this.identity.raftTerm = term;
@@ -386,7 +388,11 @@ export class Engine {
     for (const p of this.queue.splice(0)) this.finish(p, Errors.noLeader);
     await this.flight; // a leader's batch in flight fails (its replicate is refused) first
     if (was !== role) this.onRole(role);
-    this.dropUnapplied();
+    if (role === 'follower') this.dropUnapplied();
+    else {
+      this.executor.reload();
+      this.lessor.reload();
+    }
   }
 
   /** Drops staged WAL entries (never applied) and re-reads the counters the batch advanced. */
