@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { freePort, pollUntil } from './harness.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
 import { get, scrape, value } from './metrics-scrape.js';
+import { peerClient, peerCredentials } from '../services/peer/transport.js';
+import { createLogger } from '../shared/log.js';
 
 async function withMetrics() {
   const addrs = new Map<string, string>();
@@ -64,6 +66,51 @@ test('a follower that fell out of the leader\'s buffer catches up from the objec
   await pollUntil('the follower has every key', async () => ((await follower.client.getAll().prefix('away/').keys()).length === 50 ? true : undefined), 60_000);
   const m = await scrape(addrs.get(follower.id)!);
   assert.ok((value(m, 'kvs_follower_resyncs_total', { reason: 'ring_buffer_miss' }) ?? 0) >= 1, `the resync is counted by reason\n${follower.kvs.output().split('\n').filter((l) => l.includes('"peer"') || l.includes('archiver')).slice(-30).join('\n')}`);
+});
+
+test('a follower behind what a new leader held at its election catches up from the object store (behind_leader_start)', async (t) => {
+  const { addrs, nodeArgs } = await withMetrics();
+  const { nodes } = await startCluster(t, 3, { nodeArgs, args: ['--peer-buffer-size', '5'] });
+  const leader = await waitForLeader(nodes);
+  const [paused, other] = nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode];
+  process.kill(-paused.kvs.pid, 'SIGSTOP');
+  let resumed = false;
+  t.after(() => {
+    if (!resumed) process.kill(-paused.kvs.pid, 'SIGCONT');
+  });
+  await pollUntil('the leader drops the paused follower', async () => (value(await scrape(addrs.get(leader.id)!), 'kvs_replication_degraded') === 1 ? true : undefined), 20_000);
+  for (let i = 0; i < 30; i++) await leader.client.put(`away/${i}`).value(String(i)).exec();
+  // The other follower leads next, its buffer seeded with its last 5 entries and nothing
+  // written since: the paused one is behind where that buffer starts, which never moved.
+  await leader.kvs.kill9();
+  // (A degraded leader touched its lock meanwhile: the in-sync follower still takes over after
+  // the TTL, not watch-interval + TTL, which is 300 s here.)
+  assert.equal(await waitForLeader([other], 30_000), other);
+  process.kill(-paused.kvs.pid, 'SIGCONT');
+  resumed = true;
+  await pollUntil('the resumed follower has every key', async () => ((await paused.client.getAll().prefix('away/').keys()).length === 30 ? true : undefined), 60_000);
+  const m = await scrape(addrs.get(paused.id)!);
+  assert.ok((value(m, 'kvs_follower_resyncs_total', { reason: 'behind_leader_start' }) ?? 0) >= 1, `the resync is counted by reason\n${paused.kvs.output().split('\n').filter((l) => l.includes('"peer"')).slice(-30).join('\n')}`);
+});
+
+test('a follower ahead of the leader (stream_gap) is told to catch up from the object store, and the leader serves on', async (t) => {
+  const { nodes } = await startCluster(t, 1);
+  const [leader] = nodes as [ClusterNode];
+  await leader.client.put('k').value('v').exec();
+  const client = peerClient(`127.0.0.1:${leader.peerPort}`, peerCredentials({}, createLogger('test')));
+  t.after(() => client.close());
+  const call = client.Follow();
+  const first = new Promise<{ resync: string; term: unknown }>((resolve, reject) => {
+    call.on('data', resolve);
+    call.on('error', reject);
+  });
+  call.write({ hello: { member: { nodeId: 'intruder', memberId: 7, peerUrl: '127.0.0.1:1', clientUrl: 'http://127.0.0.1:1' }, fromIndex: 1_000_000 } });
+  const msg = await first;
+  assert.equal(msg.resync, 'stream_gap');
+  call.cancel();
+  assert.equal(await leader.client.get('k').string(), 'v');
+  await leader.client.put('k').value('w').exec();
+  assert.equal((await leader.client.maintenance.status()).leader, (await leader.client.maintenance.status()).header.member_id, 'still the leader');
 });
 
 test('kvs ctl restart peer (and storage) on the leader and a follower loses no acknowledged write', async (t) => {

@@ -143,18 +143,43 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
         if (missing.length) {
           throw new Error(`checkpoint ${store.location}/${key} exists but lacks pieces this copy cannot supply (${missing.join(', ')}); it cannot become latest`);
         }
-        await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
+        await advanceLatest(store, latest, log);
       }
       log.info({ key }, 'a checkpoint at this revision exists already; keeping it');
       return { unchanged, key, latest, manifest: existing, pieces: count, uploaded };
     }
     await ensurePieces(store, file, pieceBytes, refs, reused, (_, i) => i);
     const latest: Latest = { checkpoint: key, revision: meta.revision, term: opts.term, appliedIndex: meta.appliedIndex };
-    await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)));
+    await advanceLatest(store, latest, log);
     log.info({ key, revision: meta.revision, appliedIndex: meta.appliedIndex, pieces: count, uploaded }, 'checkpoint written');
     return { unchanged: false, key, latest, manifest, pieces: count, uploaded };
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Points manifest/latest at `latest` unless it names a newer checkpoint already: one of a later
+ * term (a deposed leader's checkpoint finishing late must not move it back, nor below what gc
+ * has removed since), or of this term at a higher index. Conditional, so two writers cannot
+ * both win on a stale read. The checkpoint itself stays; gc removes it when it is old enough.
+ */
+async function advanceLatest(store: ObjectStore, latest: Latest, log: Logger): Promise<void> {
+  for (;;) {
+    const cur = await store.get(MANIFEST_LATEST);
+    if (cur) {
+      const was = JSON.parse(cur.body.toString('utf8')) as Latest;
+      if (was.term > latest.term || (was.term === latest.term && was.appliedIndex > latest.appliedIndex)) {
+        log.warn({ latest: was.checkpoint, ours: latest.checkpoint }, 'manifest/latest names a newer checkpoint; leaving it');
+        return;
+      }
+    }
+    try {
+      await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)), cur ? { ifMatch: cur.etag } : { ifNoneMatch: '*' });
+      return;
+    } catch (err) {
+      if (!(err instanceof PreconditionFailedError)) throw err;
+    }
   }
 }
 

@@ -19,7 +19,7 @@ import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Latest, SstRef } from '../../shared/objectstore/layout.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
 import { restoreDataDir, StartupError, type BranchPoint } from './restore.js';
-import { listWalSegments, readLatest, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
+import { listTermStarts, listWalSegments, readLatest, requireCheckpointManifest, storedPosition } from '../../shared/objectstore/catalog.js';
 import { knownPieces, takeCheckpoint, type CheckpointResult } from './checkpoint.js';
 import { WalUploader } from './uploader.js';
 import { readLocalManifest } from './local-manifest.js';
@@ -63,22 +63,20 @@ export async function runArchiver(cfg: Config): Promise<void> {
   const restored = storageRunning ? await untilItWorks(restore, log) : await restore();
   let latest = restored.latest;
   const walThrough = restored.walObjects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
-  const storedPosition = async () => {
-    const checkpointIndex = Math.max((await readLatest(store))?.appliedIndex ?? 0, restored.baseIndex);
-    const objects = await listWalSegments(store, { after: BigInt(checkpointIndex) });
-    const last = objects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
-    return Math.max(Number(last), checkpointIndex);
-  };
+  // A single node on a prefix that once ran as a cluster continues its newest term, so that
+  // its uploads and checkpoints are not taken for an older term's (wal-history.ts, advanceLatest).
+  const clusterTerm = clusterMode(cfg) ? 0 : Math.max(0, ...(await listTermStarts(store)).keys());
   const uploader = new WalUploader(
     store,
     log,
     { uploadedThrough: Math.max(Number(walThrough), restored.baseIndex), checkpointIndex: latest?.appliedIndex ?? 0 },
-    storedPosition,
+    () => storedPosition(store, restored.baseIndex),
+    clusterTerm,
   );
 
   // Cluster mode: checkpoints on the leader only, under its term.
   const role = clusterMode(cfg) ? new LeaderRole(socketPath(cfg.dataDir, 'peer')) : undefined;
-  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? SINGLE_NODE_TERM);
+  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? Math.max(SINGLE_NODE_TERM, clusterTerm));
   const mayCheckpoint = () => !role || role.leading;
   checkpoints.onWritten = (l) => {
     latest = l;

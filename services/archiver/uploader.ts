@@ -1,5 +1,5 @@
 // The archiver's side of the WAL upload stream: chunks arrive in index order and are stored as
-// wal/<first>-<last>.wal, one at a time, each acknowledged once stored. A chunk the object
+// wal/<first>-<last>[.t<term>].wal, one at a time, each acknowledged once stored. A chunk the object
 // store already holds (storage resending after a reconnect) is acknowledged without a write, so
 // no WAL object is ever written twice; create-if-absent guards the rest. A failing upload is
 // retried with backoff for as long as it takes, and reported to storage meanwhile.
@@ -15,6 +15,7 @@ interface WalChunk {
   firstIndex: unknown;
   lastIndex: unknown;
   frames: Buffer;
+  term: unknown;
 }
 
 const BACKOFF_START_MS = 100;
@@ -36,6 +37,11 @@ export class WalUploader {
     start: { uploadedThrough: number; checkpointIndex: number },
     /** Reads the stored position again from the object store. */
     private readonly position: () => Promise<number>,
+    /**
+     * The term a single node's chunks (term 0) are uploaded under: the prefix's newest cluster
+     * term, if it ever ran as a cluster, so that its records are not cut as an older term's.
+     */
+    private readonly singleNodeTerm = 0,
   ) {
     this.uploadedThrough = start.uploadedThrough;
     this.checkpointIndex = start.checkpointIndex;
@@ -49,7 +55,8 @@ export class WalUploader {
     call.on('data', (c: WalChunk) => {
       const first = num(c.firstIndex as number);
       const last = num(c.lastIndex as number);
-      this.chain = this.chain.then(() => this.upload(first, last, c.frames)).then(
+      const term = num(c.term as number) || this.singleNodeTerm;
+      this.chain = this.chain.then(() => this.upload(first, last, c.frames, term)).then(
         () => this.report(),
         (err: Error) => this.log.warn({ err: err.message, first, last }, 'WAL chunk not uploaded'),
       );
@@ -68,7 +75,7 @@ export class WalUploader {
     s.write({ uploadedThrough: this.uploadedThrough, checkpointIndex: this.checkpointIndex, error });
   }
 
-  private async upload(first: number, last: number, frames: Buffer): Promise<void> {
+  private async upload(first: number, last: number, frames: Buffer, term: number): Promise<void> {
     if (last <= this.uploadedThrough) return; // resent after a reconnect: already stored
     const started = Date.now();
     let backoff = BACKOFF_START_MS;
@@ -93,7 +100,7 @@ export class WalUploader {
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
     }
     if (last <= this.uploadedThrough) return;
-    const key = walKey(BigInt(first), BigInt(last));
+    const key = walKey(BigInt(first), BigInt(last), term);
     for (;;) {
       if (this.closed) throw new Error('archiver stopping');
       try {

@@ -7,10 +7,10 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { openObjectStore } from '../../shared/objectstore/index.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
-import { walKey } from '../../shared/objectstore/layout.js';
+import { termStartKey, walKey } from '../../shared/objectstore/layout.js';
 import { encodeFrames, type WalRecord } from '../storage/wal/frame.js';
 import { uploadedRecords } from './wal-objects.js';
-import { listWalSegments } from '../../shared/objectstore/catalog.js';
+import { listWalSegments, storedPosition } from '../../shared/objectstore/catalog.js';
 
 const records = (first: number, last: number): WalRecord[] =>
   Array.from({ length: last - first + 1 }, (_, i) => ({ index: BigInt(first + i), payload: Buffer.from(`entry ${first + i}`) }));
@@ -114,5 +114,25 @@ test('the WAL after a checkpoint includes a segment reaching back over it (async
     assert.deepEqual(spans(await listWalSegments(store, { after: 400n })), []);
     await store.delete(walKey(101n, 250n));
     assert.deepEqual(spans(await listWalSegments(store, { after: 200n })), ['251-400']);
+  });
+});
+
+test('terms: a deposed leader\'s late uploads past the new term\'s start are never read, also from a listing that starts past them', async () => {
+  await withStore(async (store) => {
+    const put = (first: number, last: number, term: number, payload = (i: number) => `entry ${i}`) =>
+      store.put(walKey(BigInt(first), BigInt(last), term), encodeFrames(Array.from({ length: last - first + 1 }, (_, i) => ({ index: BigInt(first + i), payload: Buffer.from(payload(first + i)) }))));
+    await store.put(termStartKey(3, 1n), Buffer.from('{}'));
+    await put(1, 40, 3);
+    await put(41, 50, 3);
+    await store.put(termStartKey(4, 51n), Buffer.from('{}'));
+    // Term 3's upload of records it never acknowledged lands after term 4 began at 51.
+    await put(45, 60, 3, (i) => (i > 50 ? `stale ${i}` : `entry ${i}`));
+    await put(51, 60, 3, (i) => `stale ${i}`);
+    assert.deepEqual(await read(store, 1), Array.from({ length: 50 }, (_, i) => i + 1), 'history ends at 50 until term 4 uploads');
+    assert.deepEqual((await listWalSegments(store, { after: 50n })).map((o) => o.key), [], 'nothing past 50');
+    await put(51, 55, 4);
+    assert.deepEqual(await read(store, 48), Array.from({ length: 8 }, (_, i) => i + 48));
+    assert.deepEqual((await listWalSegments(store, { after: 50n })).map((o) => o.key), [walKey(51n, 55n, 4)]);
+    assert.equal(await storedPosition(store), 55);
   });
 });

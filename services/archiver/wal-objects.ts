@@ -10,22 +10,26 @@ import { decodeFrames, encodeFrames, type WalRecord } from '../storage/wal/frame
 import { fsyncDir, listSegments, readSegment, segmentFileName } from '../storage/wal/segment.js';
 import { DEFAULT_MAX_SEGMENT_BYTES } from '../storage/wal/log.js';
 
-/** One uploaded WAL object (listed by `listWalSegments` in shared/objectstore/catalog.ts). */
-export type WalObject = Pick<WalSegmentEntry, 'key' | 'first' | 'last'>;
+/**
+ * One uploaded WAL object (listed by `listWalSegments` in shared/objectstore/catalog.ts): its
+ * records first..last are history; it may hold more, up to `objectLast` (wal-history.ts).
+ */
+export type WalObject = Pick<WalSegmentEntry, 'key' | 'first' | 'last'> & { objectLast?: bigint };
 
-/** Downloads one WAL object and checks every frame (CRC, indices first..last). */
+/** Downloads one WAL object, checks every frame (CRC, indices), and returns its records first..last. */
 export async function readWalObject(store: ObjectStore, o: WalObject): Promise<WalRecord[]> {
   const got = await store.get(o.key);
   if (!got) throw new Error(`WAL object ${store.location}/${o.key} disappeared while it was read (object-store gc running?)`);
   const r = decodeFrames(got.body);
-  const count = Number(o.last - o.first + 1n);
-  if (r.stop !== 'end' || r.records.length !== count || r.records[0]?.index !== o.first || r.records[count - 1]?.index !== o.last) {
+  const objectLast = o.objectLast ?? o.last;
+  const count = Number(objectLast - o.first + 1n);
+  if (r.stop !== 'end' || r.records.length !== count || r.records[0]?.index !== o.first || r.records[count - 1]?.index !== objectLast) {
     throw new Error(
-      `WAL object ${store.location}/${o.key} is damaged: expected records ${o.first}..${o.last}, decoded ${r.records.length}` +
+      `WAL object ${store.location}/${o.key} is damaged: expected records ${o.first}..${objectLast}, decoded ${r.records.length}` +
         ` (${r.stop}${r.detail ? `: ${r.detail}` : ''})`,
     );
   }
-  return r.records;
+  return objectLast === o.last ? r.records : r.records.slice(0, Number(o.last - o.first + 1n));
 }
 
 /**

@@ -33,7 +33,20 @@ export interface FollowerOptions {
   retryMs: number;
   ttlMs: number;
   watchIntervalMs: number;
+  /** Shared by every Following of one term (see LeaderContact). */
+  contact: LeaderContact;
   signal: AbortSignal;
+}
+
+/**
+ * When this node last heard from the leader of `term` while in sync with it (monotonic ms).
+ * Kept across Following instances of the same term: a degraded leader touches its lock, so a
+ * follower whose stream breaks finds a new ETag and follows the same leader again; forgetting
+ * the contact then would make it wait watch-interval + TTL instead of the TTL.
+ */
+export interface LeaderContact {
+  term: number;
+  at: number;
 }
 
 /** A follower that heard from its leader within this window may take over after the TTL alone. */
@@ -57,8 +70,6 @@ interface LeaderMessage {
 }
 
 export class Following {
-  /** When the leader was last heard from while this node was in sync with it (monotonic ms). */
-  private lastContact = -Infinity;
   private observed: { etag: string; since: number; fast: boolean } | undefined;
 
   constructor(private readonly o: FollowerOptions) {}
@@ -143,7 +154,7 @@ export class Following {
         heard = performance.now();
         // Only an in-sync follower holds everything the leader acknowledged: only it may take
         // over after the TTL alone; one still catching up waits like a newcomer.
-        if (board.current.inSync) this.lastContact = heard;
+        if (board.current.inSync) this.o.contact.at = heard;
         this.observed = undefined;
         if (!served) {
           served = true;
@@ -196,7 +207,7 @@ export class Following {
     if (!cur || cur.etag !== held.etag || cur.record.released) return { kind: 'elect' };
     const now = performance.now();
     if (!this.observed || this.observed.etag !== cur.etag) {
-      this.observed = { etag: cur.etag, since: now, fast: now - this.lastContact < FAST_TAKEOVER_WINDOW_MS };
+      this.observed = { etag: cur.etag, since: now, fast: now - this.o.contact.at < FAST_TAKEOVER_WINDOW_MS };
       log.warn({ leader: cur.record.nodeId, fast: this.observed.fast }, 'the leader is unreachable; watching its lock');
       return undefined;
     }

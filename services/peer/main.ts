@@ -15,7 +15,9 @@ import { serveBatchStream, type BatchHandler, type BatchResult } from '../../sha
 import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
 import { installLifecycle, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
-import type { ObjectStore } from '../../shared/objectstore/store.js';
+import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
+import { storedPosition } from '../../shared/objectstore/catalog.js';
+import { termStartKey, type TermStart } from '../../shared/objectstore/layout.js';
 import { Errors, EtcdError } from '../../shared/errors.js';
 import { memberIdOf } from '../../shared/cluster.js';
 import * as M from '../../shared/metrics.js';
@@ -24,7 +26,7 @@ import { LeaderLock, nowNano, type HeldLock } from './lock.js';
 import { StorageSide, Role } from './storage-side.js';
 import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
-import { Following, sleep } from './follower.js';
+import { Following, sleep, type LeaderContact } from './follower.js';
 import { catchUpFromStore } from './catch-up.js';
 import { listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
@@ -100,6 +102,7 @@ class PeerNode {
   readonly lock: LeaderLock;
   leadership: Leadership | undefined;
   private following: Following | undefined;
+  private contact: LeaderContact = { term: 0, at: -Infinity };
   private local: { Write: BatchLink; Lease: BatchLink } | undefined;
   private remote: { leader: string; Write: BatchLink; Lease: BatchLink; client: grpc.Client & Record<string, any> } | undefined;
   private readonly ttlMs: number;
@@ -139,9 +142,11 @@ class PeerNode {
         // (Our own lock, held by this node's previous data directory, is followed like another's:
         // its term is not recorded as ours, so a later election does not take it back at once.)
         if (held.record.nodeId !== this.self.nodeId) this.seeTerm(held.record.term);
+        if (this.contact.term !== held.record.term) this.contact = { term: held.record.term, at: -Infinity };
         this.following = new Following({
           self: this.self, lock: this.lock, held, store: this.store, storage: this.storage, board: this.board, creds: this.creds, log: this.log,
-          maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, signal,
+          maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
+          contact: this.contact, signal,
         });
         const end = await this.following.run();
         this.following = undefined;
@@ -196,6 +201,7 @@ class PeerNode {
     // What a previous leader acknowledged while this node was cut off is in the object store.
     await this.storage.setRole(Role.UNKNOWN, held.record.term);
     await catchUpFromStore(this.store, this.storage, this.log);
+    await this.recordTermStart(held.record.term);
     const l = new Leadership({
       self: this.self, lock: this.lock, held, storage: this.storage, board: this.board, log: this.log,
       bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
@@ -213,6 +219,24 @@ class PeerNode {
         await this.storage.setRole(Role.UNKNOWN, held.record.term);
       } catch {}
     }
+  }
+
+  /**
+   * term/<term>-<start>.json, before this leader serves: its term takes the log over right after
+   * what the object store holds now (this node has all of that, caught up above). A deposed
+   * leader's uploads that land later, at or past that index, are then not history
+   * (shared/objectstore/wal-history.ts): it never acknowledged them, for its lock touches
+   * stopped a liveness TTL before this node could take over.
+   */
+  private async recordTermStart(term: number): Promise<void> {
+    const startIndex = BigInt(await storedPosition(this.store)) + 1n;
+    const record: TermStart = { term, startIndex: Number(startIndex), nodeId: this.self.nodeId, createdAt: new Date().toISOString() };
+    try {
+      await this.store.put(termStartKey(term, startIndex), Buffer.from(JSON.stringify(record)), { ifNoneMatch: '*' });
+    } catch (err) {
+      if (!(err instanceof PreconditionFailedError)) throw err;
+    }
+    this.log.info({ term, startIndex: record.startIndex }, 'term recorded in the object store');
   }
 
   /** The highest term this node has seen, kept across restarts (a new term always exceeds it). */

@@ -21,6 +21,8 @@ interface Progress {
 interface Chunk {
   first: number;
   last: number;
+  /** The leader term the records were written under (0: a single node); names the object. */
+  term: number;
   /** Read lazily: async mode queues sealed segments by file, not in memory. */
   frames: () => Buffer;
   queuedAt: number;
@@ -51,6 +53,8 @@ export class ArchiverLink {
   uploadedThrough = 0;
   /** Applied index of the latest checkpoint. */
   checkpointIndex = 0;
+  /** This node's leader term (cluster mode), stamped on the chunks queued from now on. */
+  term = 0;
 
   constructor(socket: string, private readonly log: Logger) {
     this.client = new ArchiverClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
@@ -75,7 +79,7 @@ export class ArchiverLink {
     if (this.closed) return Promise.reject(new Error('archiver link closed'));
     if (last <= this.uploadedThrough) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      this.queue.push({ first, last, frames, queuedAt: Date.now(), resolve, reject });
+      this.queue.push({ first, last, term: this.term, frames, queuedAt: Date.now(), resolve, reject });
       this.pump();
     });
   }
@@ -149,7 +153,7 @@ export class ArchiverLink {
         c.reject(err as Error);
         continue;
       }
-      this.stream.write({ firstIndex: c.first, lastIndex: c.last, frames });
+      this.stream.write({ firstIndex: c.first, lastIndex: c.last, frames, term: c.term });
     }
   }
 

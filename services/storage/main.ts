@@ -40,7 +40,8 @@ export async function runStorage(cfg: Config): Promise<void> {
     // --auth-enabled flag) starts when this node leads, and stops when it no longer does.
     attach = new PeerAttach(socketPath(cfg.dataDir, 'peer'), engine, {
       uploadThrough: (through) => uploadWalTail(engine.wal, link!, log, BigInt(through)),
-      onLeader: () => {
+      onLeader: (term) => {
+        link!.term = term;
         engine.lessor.startExpiry();
         void uploadAsNewLeader(engine, link!, log).catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next segment upload retries'));
         void applyAuthFlag(engine, cfg.authEnabled, log).catch((err: Error) => log.warn({ err: err.message }, 'could not apply --auth-enabled'));

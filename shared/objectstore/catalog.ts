@@ -6,15 +6,18 @@ import {
   CHECKPOINT_PREFIX,
   GC_RUNNING_PREFIX,
   MANIFEST_LATEST,
+  TERM_PREFIX,
   WAL_PREFIX,
   parseCheckpointKey,
+  parseTermStartKey,
   parseWalKey,
-  walKey,
+  walKeysAfter,
   type BranchRegistration,
   type CheckpointManifest,
   type Latest,
 } from './layout.js';
 import type { ObjectInfo, ObjectStore } from './store.js';
+import { historyOf, type HistoryWal, type ListedWal } from './wal-history.js';
 
 async function readJson<T>(store: ObjectStore, key: string): Promise<T | undefined> {
   const res = await store.get(key);
@@ -77,39 +80,64 @@ export async function listCheckpoints(store: ObjectStore): Promise<CheckpointEnt
   return out.sort(compareCheckpointsNewestFirst);
 }
 
-export interface WalSegmentEntry {
-  key: string;
-  first: bigint;
-  last: bigint;
-  size: number;
+/** An uploaded WAL object as the history uses it (wal-history.ts). */
+export type WalSegmentEntry = HistoryWal;
+
+/** Every WAL object as it is stored, history or not (gc, status); `startAfter` a key. */
+export async function listWalObjects(store: ObjectStore, startAfter?: string): Promise<ListedWal[]> {
+  const listed: ListedWal[] = [];
+  for await (const o of store.list(WAL_PREFIX, startAfter === undefined ? undefined : { startAfter })) {
+    const parsed = parseWalKey(o.key);
+    if (parsed) listed.push({ key: o.key, size: o.size, ...parsed });
+  }
+  return listed;
+}
+
+/** Where each cluster term begins (term/ objects); the lowest index when one was written twice. */
+export async function listTermStarts(store: ObjectStore): Promise<Map<number, bigint>> {
+  const out = new Map<number, bigint>();
+  for await (const o of store.list(TERM_PREFIX)) {
+    const t = parseTermStartKey(o.key);
+    if (!t) continue;
+    const seen = out.get(t.term);
+    if (seen === undefined || t.startIndex < seen) out.set(t.term, t.startIndex);
+  }
+  return out;
 }
 
 /**
- * Uploaded WAL segments, in index order (the keys' order: first, then last, zero-padded).
- * With `after`, those holding records after that index: sync mode leaves one object per
- * batch until gc, so a start-up reads from the latest checkpoint's index on (StartAfter)
- * rather than everything. A segment reaching back over `after` (async mode) sorts before
- * that point: when the listing does not continue right at after+1, the whole prefix is read.
+ * The uploaded WAL that is history, in index order (the keys' order: first, then last,
+ * zero-padded), each object cut where a newer term begins (wal-history.ts). With `after`,
+ * those holding records after that index: sync mode leaves one object per batch until gc, so
+ * a start-up reads from the latest checkpoint's index on (StartAfter) rather than everything.
+ * A segment reaching back over `after` (async mode) sorts before that point: when the listing
+ * does not continue right at after+1, the whole prefix is read.
  */
 export async function listWalSegments(store: ObjectStore, opts: { after?: bigint } = {}): Promise<WalSegmentEntry[]> {
   const { after } = opts;
-  const read = async (startAfter?: string) => {
-    const out: WalSegmentEntry[] = [];
-    for await (const o of store.list(WAL_PREFIX, startAfter === undefined ? undefined : { startAfter })) {
-      const parsed = parseWalKey(o.key);
-      if (parsed && (after === undefined || parsed.last > after)) out.push({ key: o.key, size: o.size, ...parsed });
-    }
-    return out;
-  };
+  const starts = await listTermStarts(store);
+  const read = async (startAfter?: string) =>
+    historyOf(await listWalObjects(store, startAfter), starts).filter((o) => after === undefined || o.last > after);
   if (!after) return read();
-  // Keys after wal/<after>-<after>.wal: every segment whose first index is above `after`, and
+  // Keys after wal/<after>-<after>: every segment whose first index is above `after`, and
   // those starting at `after` that go beyond it. Continuing right at after+1, that is all (a
   // segment reaching back over `after` would repeat records these hold). Otherwise, or when
   // nothing follows (an idle node since its checkpoint), an earlier segment may reach past
-  // `after`, and only the whole listing can tell.
-  const from = await read(walKey(after, after));
+  // `after`, and only the whole listing can tell. Terms' beginnings come from term/, whole.
+  const from = await read(walKeysAfter(after));
   if (from.length && from[0]!.first <= after + 1n) return from;
   return read();
+}
+
+/**
+ * The index through which the object store holds the history: the latest checkpoint's, or the
+ * last uploaded record past it (never below `atLeast`, a checkpoint the caller knows of).
+ */
+export async function storedPosition(store: ObjectStore, atLeast = 0): Promise<number> {
+  const checkpointIndex = Math.max((await readLatest(store))?.appliedIndex ?? 0, atLeast);
+  const objects = await listWalSegments(store, { after: BigInt(checkpointIndex) });
+  const last = objects.reduce((n, o) => (o.last > n ? o.last : n), 0n);
+  return Math.max(Number(last), checkpointIndex);
 }
 
 export async function listBranches(store: ObjectStore): Promise<BranchRegistration[]> {

@@ -5,7 +5,7 @@
 // ordinary restore run over it rebuilds the state of that moment, even after later
 // checkpoints, overwrites and gc (on a versioned bucket a delete only adds a delete marker).
 import { readFile } from 'node:fs/promises';
-import { MANIFEST_LATEST, parseWalKey, type CheckpointManifest, type Latest } from './layout.js';
+import { MANIFEST_LATEST, TERM_PREFIX, parseWalKey, type CheckpointManifest, type Latest } from './layout.js';
 import type { GetResult, ListOptions, ObjectInfo, ObjectStore, ObjectVersion, PutResult } from './store.js';
 
 export interface RestorePoint {
@@ -73,6 +73,11 @@ export async function recordRestorePoint(store: ObjectStore, now = new Date()): 
   for await (const o of store.list('wal/')) {
     const range = parseWalKey(o.key);
     if (!range || range.last <= BigInt(manifest.appliedIndex)) continue;
+    const head = await store.head(o.key);
+    if (head?.versionId) objects[o.key] = { versionId: head.versionId, size: head.size, etag: head.etag };
+  }
+  // Where each cluster term begins: which of those WAL objects are history (wal-history.ts).
+  for await (const o of store.list(TERM_PREFIX)) {
     const head = await store.head(o.key);
     if (head?.versionId) objects[o.key] = { versionId: head.versionId, size: head.size, etag: head.etag };
   }

@@ -15,7 +15,7 @@ import {
   listAll,
   listBranches,
   listCheckpoints,
-  listWalSegments,
+  listWalObjects,
   readCheckpointManifest,
   readLatest,
 } from '../../shared/objectstore/catalog.js';
@@ -126,7 +126,8 @@ async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promis
   let segments: string[] = [];
   if (latestNow && (await manifestOf(store, latestNow.checkpoint))) {
     const covered = BigInt(latestNow.appliedIndex);
-    segments = (await listWalSegments(store)).filter((s) => s.last <= covered).map((s) => s.key);
+    // Every object below the checkpoint, whatever its term: also a deposed leader's late ones.
+    segments = (await listWalObjects(store)).filter((s) => s.last <= covered).map((s) => s.key);
   } else if (latestNow) {
     warnings.push(`manifest/latest names ${latestNow.checkpoint}, which does not exist; WAL segments kept`);
   }

@@ -1,5 +1,5 @@
 // `kvs status`: what a prefix of the object store holds, read directly (no node needed).
-import { listBranches, listCheckpoints, listWalSegments, readLatest } from '../../shared/objectstore/catalog.js';
+import { listBranches, listCheckpoints, listWalObjects, readLatest } from '../../shared/objectstore/catalog.js';
 import type { BranchRegistration, Latest } from '../../shared/objectstore/layout.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 
@@ -15,7 +15,7 @@ export async function readStatus(store: ObjectStore): Promise<StatusReport> {
   const [latest, checkpoints, segments, branches] = await Promise.all([
     readLatest(store),
     listCheckpoints(store),
-    listWalSegments(store),
+    listWalObjects(store),
     listBranches(store),
   ]);
   return { location: store.location, latest, checkpoints: checkpoints.length, walSegments: segments.length, branches };
