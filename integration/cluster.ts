@@ -3,7 +3,7 @@
 // The failure-detection knobs are set short (real flags, documented in docs/cluster.md) so
 // that failovers take seconds, not the defaults' ten.
 import { Etcd3 } from 'etcd3';
-import { freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
+import { TEST_CALL_OPTIONS, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
 export const FAST_FAILOVER = ['--follower-retry-interval', '300ms', '--follower-max-retries', '3', '--leader-liveness-ttl', '1500ms'];
@@ -49,7 +49,7 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
       env: opts.store?.env,
       args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args],
     });
-    const client = new Etcd3({ hosts: `http://${kvs.endpoint}` });
+    const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS });
     onCleanup(t, () => client.close());
     return { id, peerPort, kvs, endpoint: kvs.endpoint, client };
   };

@@ -627,9 +627,15 @@ export async function startEtcdctl(t: Ctx, endpoint: string, args: string[]): Pr
  * An etcd3 client for `endpoint` ('127.0.0.1:PORT' or a URL), closed when `t` finishes. With
  * `tls`, a bare endpoint is https.
  */
+/**
+ * A deadline for every unary call of the tests' etcd3 clients (streams have none): a server
+ * that stops answering fails the test with the call's name, instead of hanging it.
+ */
+export const TEST_CALL_OPTIONS = (c: { isStream: boolean }) => (c.isStream ? {} : { deadline: Date.now() + 60_000 });
+
 export function client(t: Ctx, endpoint: string, tls?: ClientTls): Etcd3 {
   const hosts = /^https?:\/\//.test(endpoint) ? endpoint : `${tls ? 'https' : 'http'}://${endpoint}`;
-  const c = new Etcd3({ hosts, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
+  const c = new Etcd3({ hosts, defaultCallOptions: TEST_CALL_OPTIONS, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
   onCleanup(t, () => c.close());
   return c;
 }
