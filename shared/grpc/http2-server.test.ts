@@ -348,3 +348,40 @@ test('a GOAWAY with an error code from the client ends the session at once, refu
   await once(c.socket, 'close');
   assert.deepEqual(c.frames.filter((f) => f.stream === 1 && f.type === HEADERS), []);
 });
+
+test('streams the client resets in the same read as their HEADERS are dropped, not answered (the server does not throw)', async (t) => {
+  // Found by the port fuzzer (chaos/fuzz): node emits 'stream' a tick after the read, by when
+  // the RST_STREAM that followed has destroyed the stream, and respond() on it threw in the
+  // gateway (an uncaught exception: the process exited).
+  const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
+  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { count: 7 }) });
+  const port = await server.listen('127.0.0.1:0');
+  t.after(() => server.shutdown(100));
+  const c = await rawClient(t, port);
+  const headers = (stream: number, path: string, contentType = 'application/grpc'): Buffer => {
+    c.enc.write([
+      { name: ':method', value: 'POST' },
+      { name: ':scheme', value: 'http' },
+      { name: ':path', value: path },
+      { name: ':authority', value: '127.0.0.1' },
+      { name: 'content-type', value: contentType },
+    ]);
+    const block: Buffer[] = [];
+    for (let b = c.enc.read(); b; b = c.enc.read()) block.push(b);
+    return h2frame(HEADERS, END_HEADERS, stream, Buffer.concat(block));
+  };
+  const cancel = (stream: number) => h2frame(RST_STREAM, 0, stream, Buffer.from([0, 0, 0, 8]));
+  c.socket.write(
+    Buffer.concat([
+      PREFACE,
+      h2frame(SETTINGS, 0, 0),
+      headers(1, '/etcdserverpb.KV/NoSuchMethod'), // refused by the router
+      cancel(1),
+      headers(3, '/etcdserverpb.KV/Range', 'text/plain'), // not gRPC: HTTP 415
+      cancel(3),
+      rangeRequest(c.enc, 5), // served
+    ]),
+  );
+  while (!c.frames.some((f) => f.stream === 5 && f.headers?.['grpc-status'] !== undefined)) await once(c.socket, 'data');
+  assert.deepEqual(c.frames.filter((f) => f.stream === 1 || f.stream === 3), []);
+});
