@@ -226,13 +226,26 @@ function rawFramesCase(rand: Rand, spec: TargetSpec): Case {
       const r = await rawExchange(endpoint, chunks, 500, ANSWER_MS + 2000);
       const frames = http2Frames(r.received);
       if (!r.closed) {
-        const errorGoaway = frames.some((f) => f.type === FrameType.GOAWAY && f.payload.length >= 8 && f.payload.readUInt32BE(4) !== 0);
+        const errorGoaway = hasErrorGoaway(r.received);
         return { outcome: errorGoaway ? 'open-after-goaway' : 'hung' };
       }
       const answered = frames.some((f) => (f.stream !== 0 && (f.type === FrameType.HEADERS || f.type === FrameType.RST_STREAM)) || f.type === FrameType.GOAWAY);
       return { outcome: answered ? 'answered' : 'closed' };
     },
   };
+}
+
+/**
+ * A GOAWAY with an error code anywhere in what the server sent. Searched at every offset, not
+ * frame by frame: after some broken input node's answer does not parse as a sequence of frames
+ * from the start (a PING ACK echoing a short payload), yet ends in its GOAWAY.
+ */
+function hasErrorGoaway(buf: Buffer): boolean {
+  for (let off = 0; off + 17 <= buf.length; off++) {
+    const len = buf.readUIntBE(off, 3);
+    if (buf[off + 3] === FrameType.GOAWAY && buf.readUInt32BE(off + 5) === 0 && len >= 8 && off + 9 + len <= buf.length && buf.readUInt32BE(off + 13) !== 0) return true;
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------- not HTTP/2
