@@ -5,12 +5,12 @@
 // is etcd's own rather than its gRPC library's).
 
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { encode } from '../shared/proto/index.js';
 import { client, startEtcd, startKvs } from './harness.js';
 import { prng } from './differential.js';
+import { http2FrameTypes, rawExchange } from '../chaos/fuzz/raw-socket.js';
 
 function randomBytes(rnd: () => number, n: number): Buffer {
   const b = Buffer.alloc(n);
@@ -18,43 +18,6 @@ function randomBytes(rnd: () => number, n: number): Buffer {
   return b;
 }
 
-interface RawResult {
-  /** The server closed the connection (end or reset) before the deadline. */
-  closed: boolean;
-  received: Buffer;
-}
-
-/**
- * Writes `bytes` on a fresh TCP connection (then half-closes it if `halfClose`) and collects
- * the answer until the server closes the connection, or `timeoutMs` passes.
- */
-function rawExchange(endpoint: string, bytes: Buffer, halfClose = false, timeoutMs = 5000): Promise<RawResult> {
-  const [host, port] = endpoint.split(':') as [string, string];
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    const socket = net.connect(Number(port), host, () => (halfClose ? socket.end(bytes) : socket.write(bytes)));
-    let closed = false;
-    const timer = setTimeout(() => socket.destroy(), timeoutMs);
-    socket.on('data', (d: Buffer) => chunks.push(d));
-    socket.on('end', () => (closed = true));
-    socket.on('error', (err: NodeJS.ErrnoException) => (closed = err.code === 'ECONNRESET' || err.code === 'EPIPE'));
-    socket.on('close', () => {
-      clearTimeout(timer);
-      resolve({ closed, received: Buffer.concat(chunks) });
-    });
-  });
-}
-
-/** HTTP/2 frame types in `buf` (9-byte headers: length, type, flags, stream). */
-function http2FrameTypes(buf: Buffer): number[] {
-  const types: number[] = [];
-  for (let off = 0; off + 9 <= buf.length; ) {
-    const len = buf.readUIntBE(off, 3);
-    types.push(buf[off + 3]!);
-    off += 9 + len;
-  }
-  return types;
-}
 const SETTINGS = 4;
 const GOAWAY = 7;
 

@@ -255,6 +255,12 @@ export class Leadership {
     call.on('data', (m: { hello?: { member: Member; fromIndex: unknown }; ack?: { durableThrough: unknown } }) => {
       if (this.done) return;
       if (m.hello && !conn) {
+        // A Hello without a member cannot be admitted (nor logged): found by the port fuzzer,
+        // admit() threw on it and the peer process exited.
+        if (!m.hello.member?.nodeId) {
+          call.emit('error', { code: status.INVALID_ARGUMENT, details: 'kvs: Follow: a Hello must name its member (node_id)' });
+          return;
+        }
         conn = this.admit(call, m.hello.member, n(m.hello.fromIndex as number));
         return;
       }

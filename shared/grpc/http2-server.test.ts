@@ -262,20 +262,25 @@ function goawayFrame(code: number): Buffer {
   return h2frame(GOAWAY, 0, 0, p);
 }
 
-/** A Range request on `stream` (HEADERS, then its one message with END_STREAM). */
-function rangeRequest(enc: ReturnType<typeof hpack.compressor.create>, stream: number): Buffer {
+/** The HEADERS frame of a gRPC call to `path` on `stream` (no END_STREAM). */
+function requestHeaders(enc: ReturnType<typeof hpack.compressor.create>, stream: number, path: string, contentType = 'application/grpc'): Buffer {
   enc.write([
     { name: ':method', value: 'POST' },
     { name: ':scheme', value: 'http' },
-    { name: ':path', value: '/etcdserverpb.KV/Range' },
+    { name: ':path', value: path },
     { name: ':authority', value: '127.0.0.1' },
-    { name: 'content-type', value: 'application/grpc' },
+    { name: 'content-type', value: contentType },
     { name: 'te', value: 'trailers' },
   ]);
   const block: Buffer[] = [];
   for (let c = enc.read(); c; c = enc.read()) block.push(c);
+  return h2frame(HEADERS, END_HEADERS, stream, Buffer.concat(block));
+}
+
+/** A Range request on `stream` (HEADERS, then its one message with END_STREAM). */
+function rangeRequest(enc: ReturnType<typeof hpack.compressor.create>, stream: number): Buffer {
   const msg = Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x01, 0x6b]); // RangeRequest{key: "k"}
-  return Buffer.concat([h2frame(HEADERS, END_HEADERS, stream, Buffer.concat(block)), h2frame(DATA, END_STREAM, stream, msg)]);
+  return Buffer.concat([requestHeaders(enc, stream, '/etcdserverpb.KV/Range'), h2frame(DATA, END_STREAM, stream, msg)]);
 }
 
 /** A raw HTTP/2 client connection: what the server sent, frame by frame, headers decoded. */
@@ -308,11 +313,17 @@ async function rawClient(t: TestContext, port: number) {
   return { socket, frames, enc: hpack.compressor.create({ table: { size: 4096 } }) };
 }
 
-test("requests that arrive with the client's GOAWAY are served, then the session closes as node closes it", async (t) => {
+/** A server whose KV.Range answers count 7; resolves with its port. */
+async function rangeServer(t: TestContext): Promise<number> {
   const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
   server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { count: 7 }) });
   const port = await server.listen('127.0.0.1:0');
   t.after(() => server.shutdown(100));
+  return port;
+}
+
+test("requests that arrive with the client's GOAWAY are served, then the session closes as node closes it", async (t) => {
+  const port = await rangeServer(t);
 
   const c = await rawClient(t, port);
   // What node's http2 client (so grpc-js) sends for requests made in the same turn as
@@ -347,4 +358,27 @@ test('a GOAWAY with an error code from the client ends the session at once, refu
   c.socket.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0), goawayFrame(2 /* INTERNAL_ERROR */), rangeRequest(c.enc, 1)]));
   await once(c.socket, 'close');
   assert.deepEqual(c.frames.filter((f) => f.stream === 1 && f.type === HEADERS), []);
+});
+
+test('streams the client resets in the same read as their HEADERS are dropped, not answered (the server does not throw)', async (t) => {
+  // Found by the port fuzzer (chaos/fuzz): node emits 'stream' a tick after the read, by when
+  // the RST_STREAM that followed has destroyed the stream, and respond() on it threw in the
+  // gateway (an uncaught exception: the process exited).
+  const port = await rangeServer(t);
+  const c = await rawClient(t, port);
+  const headers = (stream: number, path: string, contentType?: string) => requestHeaders(c.enc, stream, path, contentType);
+  const cancel = (stream: number) => h2frame(RST_STREAM, 0, stream, Buffer.from([0, 0, 0, 8]));
+  c.socket.write(
+    Buffer.concat([
+      PREFACE,
+      h2frame(SETTINGS, 0, 0),
+      headers(1, '/etcdserverpb.KV/NoSuchMethod'), // refused by the router
+      cancel(1),
+      headers(3, '/etcdserverpb.KV/Range', 'text/plain'), // not gRPC: HTTP 415
+      cancel(3),
+      rangeRequest(c.enc, 5), // served
+    ]),
+  );
+  while (!c.frames.some((f) => f.stream === 5 && f.headers?.['grpc-status'] !== undefined)) await once(c.socket, 'data');
+  assert.deepEqual(c.frames.filter((f) => f.stream === 1 || f.stream === 3), []);
 });

@@ -510,6 +510,10 @@ export class GrpcServer {
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
     stream.on('error', () => {}); // a reset stream; its 'close' ends the call
+    // Node emits 'stream' a tick after the HEADERS were read: a client that reset the stream
+    // in the same read (HEADERS, then RST_STREAM) has already destroyed it, and respond() on it
+    // throws (found by the port fuzzer, docs/reliability.md). Nothing is owed to such a stream.
+    if (stream.destroyed || stream.closed) return;
     const path = String(headers[HTTP2_HEADER_PATH] ?? '');
     const contentType = headers[HTTP2_HEADER_CONTENT_TYPE];
     if (headers[HTTP2_HEADER_METHOD] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {

@@ -1,0 +1,60 @@
+// `npm run fuzz -- --seed N --duration S [--target client|peer]`: starts the target (real
+// kvs processes in temp dirs), fuzzes its port, prints one summary line, exits 1 on a failure
+// (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
+import sade from 'sade';
+import { fuzz, summaryLine } from './run.js';
+import { standaloneCtx, startTarget, type TargetKind } from './targets.js';
+
+interface Flags {
+  seed?: number;
+  duration?: number;
+  cases?: number;
+  case?: string | number;
+  target?: string;
+  concurrency?: number;
+  quiet?: boolean;
+}
+
+sade('fuzz', true)
+  .describe('Fuzz the client port (gRPC frames) or the peer port (peer messages) of real kvs processes')
+  .option('--seed', 'PRNG seed (default: from the clock, printed)')
+  .option('--duration', 'seconds to keep sending cases', 30)
+  .option('--cases', 'stop after this many cases instead')
+  .option('--case', 'replay only these case indices (comma-separated), as a failure printed them')
+  .option('--target', 'client or peer', 'client')
+  .option('--concurrency', 'connections at once', 8)
+  .option('--quiet', 'no progress lines on stderr')
+  .example('--seed 42 --duration 60 --target peer')
+  .action(async (f: Flags) => {
+    const kind = f.target as TargetKind;
+    if (kind !== 'client' && kind !== 'peer') {
+      process.stderr.write(`fuzz: --target must be client or peer, not ${f.target}\n`);
+      process.exit(2);
+    }
+    const seed = f.seed ?? (Date.now() % 1_000_000_007);
+    const only = f.case !== undefined ? String(f.case).split(',').map(Number) : undefined;
+    const ctx = standaloneCtx();
+    const stop = () => void ctx.close().then(() => process.exit(130));
+    process.once('SIGINT', stop);
+    let failed = true;
+    try {
+      const target = await startTarget(ctx, kind);
+      const log = f.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      const summary = await fuzz(target, {
+        seed,
+        only,
+        durationMs: f.cases === undefined && !only ? Number(f.duration) * 1000 : undefined,
+        maxCases: f.cases,
+        concurrency: Number(f.concurrency),
+        log,
+      });
+      process.stdout.write(`${summaryLine(summary)}\n`);
+      failed = summary.failures.length > 0;
+    } catch (err) {
+      process.stderr.write(`fuzz: ${(err as Error).stack ?? err}\n`);
+    } finally {
+      await ctx.close();
+    }
+    process.exit(failed ? 1 : 0);
+  })
+  .parse(process.argv);

@@ -1,0 +1,53 @@
+// The servers a fuzz run attacks, started as real processes by the integration harness: one
+// kvs node for the client port; a three-node cluster for the peer port (its peer ports are
+// fuzzed, its client ports serve the oracle).
+import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
+import { startCluster } from '../../integration/cluster.js';
+import type { Case } from './cases.js';
+import { clientCase } from './client-cases.js';
+import { peerCase } from './peer-cases.js';
+import type { Rand } from './random.js';
+
+export type TargetKind = 'client' | 'peer';
+
+export interface FuzzTarget {
+  kind: TargetKind;
+  /** Where cases are sent. */
+  fuzzEndpoints: string[];
+  /** Client endpoints of every node, for the oracle (the first writes the data set). */
+  clientEndpoints: string[];
+  nodes: KvsNode[];
+  cases: (rand: Rand) => Case;
+}
+
+export async function startTarget(t: Ctx, kind: TargetKind): Promise<FuzzTarget> {
+  if (kind === 'client') {
+    const node = await startKvs(t);
+    return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: clientCase };
+  }
+  const cluster = await startCluster(t, 3);
+  return {
+    kind,
+    fuzzEndpoints: cluster.nodes.map((n) => `127.0.0.1:${n.peerPort}`),
+    clientEndpoints: cluster.nodes.map((n) => n.endpoint),
+    nodes: cluster.nodes.map((n) => n.kvs),
+    cases: peerCase,
+  };
+}
+
+/** A Ctx outside node:test (the CLI): cleanups run by `close()`, last first. */
+export function standaloneCtx(): Ctx & { close(): Promise<void> } {
+  const fns: (() => unknown)[] = [];
+  return {
+    after: ((fn: () => unknown) => void fns.push(fn)) as Ctx['after'],
+    async close() {
+      while (fns.length) {
+        try {
+          await fns.pop()!();
+        } catch {
+          // best effort: the rest still runs
+        }
+      }
+    },
+  };
+}
