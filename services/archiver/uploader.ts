@@ -30,6 +30,9 @@ export class WalUploader {
   private stream: grpc.ServerDuplexStream<WalChunk, unknown> | undefined;
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
+  /** The term of the chunks uploaded last, and whether uploadedThrough must be read again for a new one. */
+  private term = 0;
+  private stale = false;
 
   constructor(
     private readonly store: ObjectStore,
@@ -76,6 +79,13 @@ export class WalUploader {
   }
 
   private async upload(first: number, last: number, frames: Buffer, term: number): Promise<void> {
+    if (term !== this.term) {
+      // A new leader's term: where the history ends is read again, as it may be lower than what
+      // this archiver uploaded under an earlier term (cut where the newer terms began).
+      this.term = term;
+      this.stale = true;
+    }
+    if (this.stale) await this.rereadPosition();
     if (last <= this.uploadedThrough) return; // resent after a reconnect: already stored
     const started = Date.now();
     let backoff = BACKOFF_START_MS;
@@ -141,6 +151,24 @@ export class WalUploader {
     // From the chunk's arrival to its acknowledgement, retries included: what a write waits.
     M.walUploadDuration.observe((Date.now() - started) / 1000);
     this.log.debug({ key, bytes: frames.length }, 'WAL uploaded');
+  }
+
+  /** Sets uploadedThrough from the object store (down too), retrying until the store answers. */
+  private async rereadPosition(): Promise<void> {
+    let backoff = BACKOFF_START_MS;
+    while (this.stale) {
+      if (this.closed) throw new Error('archiver stopping');
+      try {
+        this.uploadedThrough = await this.position();
+        this.stale = false;
+      } catch (err) {
+        this.lastError = `reading the uploaded WAL failed: ${(err as Error).message}`;
+        this.log.error({ retryInMs: backoff }, `${this.lastError}; retrying (writes wait)`);
+        this.report(this.lastError);
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      }
+    }
   }
 
   /** true: the stored object has these bytes; false: other bytes; a string: it could not be read. */

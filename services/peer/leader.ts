@@ -30,6 +30,8 @@ export interface LeaderOptions {
   bufferSize: number;
   ttlMs: number;
   watchIntervalMs: number;
+  /** Where this term begins in the object store (recorded before leading). */
+  termStart: number;
 }
 
 /** Lock touches while a member is disconnected (the spec's 2 s). */
@@ -108,7 +110,7 @@ export class Leadership {
     this.on('detached', () => this.end('storage-lost'));
     let p: Progress;
     try {
-      p = await storage.setRole(Role.LEADER, this.term, true);
+      p = await storage.setRole(Role.LEADER, this.term, true, this.o.termStart);
     } catch {
       this.end('storage-lost');
       return ended;

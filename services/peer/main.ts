@@ -212,10 +212,10 @@ class PeerNode {
       await sleep(this.retryMs, signal);
       return;
     }
-    await this.recordTermStart(held.record.term);
+    const termStart = await this.recordTermStart(held.record.term);
     const l = new Leadership({
       self: this.self, lock: this.lock, held, storage: this.storage, board: this.board, log: this.log,
-      bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
+      bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, termStart,
     });
     this.leadership = l;
     reportState(`leader, term ${held.record.term}`);
@@ -239,7 +239,7 @@ class PeerNode {
    * (shared/objectstore/wal-history.ts): it never acknowledged them, for its lock touches
    * stopped a liveness TTL before this node could take over.
    */
-  private async recordTermStart(term: number): Promise<void> {
+  private async recordTermStart(term: number): Promise<number> {
     const startIndex = BigInt(await storedPosition(this.store)) + 1n;
     const record: TermStart = { term, startIndex: Number(startIndex), nodeId: this.self.nodeId, createdAt: new Date().toISOString() };
     try {
@@ -248,6 +248,7 @@ class PeerNode {
       if (!(err instanceof PreconditionFailedError)) throw err;
     }
     this.log.info({ term, startIndex: record.startIndex }, 'term recorded in the object store');
+    return record.startIndex;
   }
 
   /** The highest term this node has seen, kept across restarts (a new term always exceeds it). */

@@ -40,7 +40,7 @@ export class StorageSide extends EventEmitter {
   private call: grpc.ServerDuplexStream<StorageMessage, unknown> | undefined;
   /** What storage last reported (after hello, after every append and role change). */
   progress: Progress = { durableThrough: 0, appliedThrough: 0, revision: 0 };
-  private role: { role: RoleValue; term: number; degraded: boolean } = { role: Role.UNKNOWN, term: 0, degraded: false };
+  private role: { role: RoleValue; term: number; degraded: boolean; termStart: number } = { role: Role.UNKNOWN, term: 0, degraded: false, termStart: 0 };
   private progressWaiters: ((p: Progress) => void)[] = [];
 
   constructor(private readonly log: Logger) {
@@ -116,8 +116,8 @@ export class StorageSide extends EventEmitter {
   }
 
   /** Sets storage's role; resolves with its progress after it took the role. */
-  setRole(role: RoleValue, term: number, degraded = false): Promise<Progress> {
-    this.role = { role, term, degraded };
+  setRole(role: RoleValue, term: number, degraded = false, termStart = 0): Promise<Progress> {
+    this.role = { role, term, degraded, termStart };
     const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
     if (!this.send({ role: this.role })) return Promise.reject(new Error('storage is not attached'));
     return p;

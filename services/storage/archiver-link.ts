@@ -74,6 +74,17 @@ export class ArchiverLink {
     return Math.min(this.uploadedThrough, this.checkpointIndex);
   }
 
+  /**
+   * This node leads `term`, which begins at `termStart` in the object store: the store's
+   * history ends just before it, whatever this link saw uploaded before (its own uploads of an
+   * earlier term past that point are not history; wal-history.ts). Chunks queued from now on
+   * carry the term.
+   */
+  leadFrom(term: number, termStart: number): void {
+    this.term = term;
+    if (termStart > 0) this.uploadedThrough = termStart - 1;
+  }
+
   /** Resolves once records first..last are in the object store. Rejects only on close(). */
   upload(first: number, last: number, frames: () => Buffer): Promise<void> {
     if (this.closed) return Promise.reject(new Error('archiver link closed'));

@@ -22,7 +22,7 @@ type U64 = number | { toNumber(): number };
 const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());
 
 interface AgentMessage {
-  role?: { role: number; term: U64; degraded: boolean };
+  role?: { role: number; term: U64; degraded: boolean; termStart: U64 };
   replicated?: { through: U64; uploadFirst: boolean; code: number; message: string };
   entries?: { first: U64; last: U64; frames: Buffer; commitThrough: U64; committed: boolean };
 }
@@ -37,7 +37,8 @@ export interface ClusterHooks {
   /** Leader, degraded: upload every WAL record through `through` to the object store. */
   uploadThrough(through: number): Promise<void>;
   /** The node became leader (after its staged entries were applied). */
-  onLeader(term: number): void;
+  /** `termStart`: where its term begins in the object store (uploads continue from there). */
+  onLeader(term: number, termStart: number): void;
   /** The node stopped being leader. */
   onNotLeader(): void;
 }
@@ -107,7 +108,7 @@ export class PeerAttach {
           e.becomeLeader(term);
           this.log.info({ term, appliedIndex: e.appliedIndex, revision: e.revision }, 'storage is the leader\'s: taking writes');
           this.seed(stream);
-          this.hooks.onLeader(term);
+          this.hooks.onLeader(term, n(m.role.termStart));
         }
       } else {
         const wasLeader = e.role === 'leader';

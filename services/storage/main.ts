@@ -40,8 +40,8 @@ export async function runStorage(cfg: Config): Promise<void> {
     // --auth-enabled flag) starts when this node leads, and stops when it no longer does.
     attach = new PeerAttach(socketPath(cfg.dataDir, 'peer'), engine, {
       uploadThrough: (through) => uploadWalTail(engine.wal, link!, log, BigInt(through)),
-      onLeader: (term) => {
-        link!.term = term;
+      onLeader: (term, termStart) => {
+        link!.leadFrom(term, termStart);
         engine.lessor.startExpiry();
         void uploadAsNewLeader(engine, link!, log).catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next segment upload retries'));
         void applyAuthFlag(engine, cfg.authEnabled, log).catch((err: Error) => log.warn({ err: err.message }, 'could not apply --auth-enabled'));
