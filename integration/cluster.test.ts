@@ -160,6 +160,10 @@ test('kill -9 of the leader under load: a follower takes over, no acknowledged w
   for (const n of survivors) {
     for (const [key, rev] of acked) {
       const got = await n.client.get(key).exec();
+      if (Number(got.kvs[0]?.mod_revision) !== rev) {
+        for (const m of survivors) console.log(`==== ${m.id}\n` + m.kvs.output().split('\n').filter((l) => /"(peer|storage|archiver)"/.test(l)).slice(-60).join('\n'));
+        console.log('==== killed\n' + leader.kvs.output().split('\n').filter((l) => /"(peer|storage|archiver)"/.test(l)).slice(-40).join('\n'));
+      }
       assert.equal(Number(got.kvs[0]?.mod_revision), rev, `${key} on ${n.id}`);
     }
   }
