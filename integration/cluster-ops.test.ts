@@ -2,7 +2,9 @@
 // buffer of recent entries, and restarting one component of a node (docs/cluster.md).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { freePort, pollUntil } from './harness.js';
+import { freePort, objectStoreArgs, pollUntil } from './harness.js';
+import { checkpoint } from './archiver-scenarios.js';
+import { kvs, ok } from './objectstore-fixtures.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
 import { get, scrape, value } from './metrics-scrape.js';
 import { peerClient, peerCredentials } from '../services/peer/transport.js';
@@ -91,6 +93,33 @@ test('a follower behind what a new leader held at its election catches up from t
   await pollUntil('the resumed follower has every key', async () => ((await paused.client.getAll().prefix('away/').keys()).length === 30 ? true : undefined), 60_000);
   const m = await scrape(addrs.get(paused.id)!);
   assert.ok((value(m, 'kvs_follower_resyncs_total', { reason: 'behind_leader_start' }) ?? 0) >= 1, `the resync is counted by reason\n${paused.kvs.output().split('\n').filter((l) => l.includes('"peer"')).slice(-30).join('\n')}`);
+});
+
+test('a follower too far behind for the uploaded WAL (gc removed it) restores the latest checkpoint by itself and catches up', async (t) => {
+  const { addrs, nodeArgs } = await withMetrics();
+  const { nodes, objectStore } = await startCluster(t, 2, { nodeArgs, args: ['--peer-buffer-size', '5'] });
+  const leader = await waitForLeader(nodes);
+  const follower = nodes.find((n) => n !== leader)!;
+  process.kill(-follower.kvs.pid, 'SIGSTOP');
+  let resumed = false;
+  t.after(() => {
+    if (!resumed) process.kill(-follower.kvs.pid, 'SIGCONT');
+  });
+  await pollUntil('the leader drops the paused follower', async () => (value(await scrape(addrs.get(leader.id)!), 'kvs_replication_degraded') === 1 ? true : undefined), 20_000);
+  for (let i = 0; i < 40; i++) await leader.client.put(`gone/${i}`).value(String(i)).exec();
+  // A checkpoint covers all of it, and gc removes the WAL the follower would need.
+  await checkpoint(leader.kvs);
+  const gc = ok(await kvs(['gc', ...objectStoreArgs(objectStore!), '--keep', '1']));
+  assert.match(gc, /deleted WAL segments: [1-9]/);
+  await leader.client.put('after-gc').value('1').exec();
+  process.kill(-follower.kvs.pid, 'SIGCONT');
+  resumed = true;
+  await pollUntil('the follower has every key', async () => ((await follower.client.getAll().prefix('gone/').keys().catch(() => [])).length === 40 ? true : undefined), 90_000);
+  assert.equal(await follower.client.get('after-gc').string(), '1');
+  assert.match(follower.kvs.output(), /too far behind to catch up: restoring this node from the latest checkpoint/);
+  // It follows on: a later write reaches it.
+  await leader.client.put('later').value('2').exec();
+  assert.equal(await follower.client.get('later').string(), '2');
 });
 
 test('a follower ahead of the leader (stream_gap) is told to catch up from the object store, and the leader serves on', async (t) => {

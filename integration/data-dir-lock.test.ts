@@ -84,10 +84,14 @@ function processGroup(pid: number): number | undefined {
   return stat(pid)?.pgrp;
 }
 
-test('kill -9 of the whole node, then a new node on the same data dir at once, 20 times: every start succeeds', { timeout: 600_000 }, async (t) => {
+// The pid-file check this replaced failed in most rounds (the killed supervisor is a zombie
+// every time, asserted below), so a handful of rounds is as telling as many.
+const ROUNDS = 8;
+
+test(`kill -9 of the whole node, then a new node on the same data dir at once, ${ROUNDS} times: every start succeeds`, { timeout: 600_000 }, async (t) => {
   const dataDir = await tempDir(t, 'kvs-lock-');
   let node = await startUnreaped(t, dataDir);
-  for (let round = 1; round <= 20; round++) {
+  for (let round = 1; round <= ROUNDS; round++) {
     await client(t, node.endpoint).put(`round-${round}`).value('written');
     // The supervisor, storage and gateway: all of the process group, and start again at once.
     const old = node.pid;
@@ -99,7 +103,7 @@ test('kill -9 of the whole node, then a new node on the same data dir at once, 2
   }
   const c = client(t, node.endpoint);
   const keys = await c.getAll().prefix('round-').keys();
-  assert.equal(keys.length, 20, `every round's put survived: ${keys.join(' ')}`);
+  assert.equal(keys.length, ROUNDS, `every round's put survived: ${keys.join(' ')}`);
 });
 
 test('a second node on a live node data dir is refused, naming the directory and the holder pid', { timeout: 120_000 }, async (t) => {

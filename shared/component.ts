@@ -24,6 +24,14 @@ export function reportHealth(health: { writesRefused: string }): void {
   process.send?.({ type: 'health', ...health });
 }
 
+/**
+ * Asks the supervisor to replace this node's database and WAL with the object store's latest
+ * checkpoint (a follower too far behind for the uploaded WAL; supervisor.ts).
+ */
+export function requestCheckpointRestore(why: string): void {
+  process.send?.({ type: 'restore-checkpoint', why });
+}
+
 export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   let stopping = false;
   const stop = async (why: string) => {

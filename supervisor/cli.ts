@@ -98,9 +98,12 @@ prog
   .option('--base-port', 'Client port of n1; node i uses base + 10(i-1) for clients and one more for peers', 3379)
   .example('local-cluster')
   .example('local-cluster --nodes 5 --base-port 4379')
+  .example('local-cluster -- --auto-compact-mode revision --auto-compact-retain-revisions 1000')
   .action(async (opts: Record<string, unknown>) => {
     try {
-      await (await import('./commands/local-cluster.js')).localCluster({ nodes: Number(opts.nodes), dir: String(opts.dir), basePort: Number(opts['base-port']), extra: [] });
+      // Flags after `--` go to every node's `kvs run` (it checks them).
+      const extra = ((opts._ as unknown[] | undefined) ?? []).map(String);
+      await (await import('./commands/local-cluster.js')).localCluster({ nodes: Number(opts.nodes), dir: String(opts.dir), basePort: Number(opts['base-port']), extra });
     } catch (err) {
       fail(err);
     }
@@ -204,7 +207,12 @@ if (process.argv[2] === 'bench') {
  */
 function refuseUnknownFlag(arg: string): never {
   const name = arg.replace(/^-+/, '').split('=')[0]!;
+  const command = process.argv[2] ?? '';
   const known = knownFlags();
+  if (known.includes(name)) {
+    const hint = command === 'local-cluster' ? '; flags for the nodes\' `kvs run` go after `--`' : '';
+    fail(`--${name} is not a flag of \`kvs ${command}\`${hint}; \`kvs ${command} --help\` lists its flags`);
+  }
   const near = closest(name, known);
   fail(`unknown flag --${name}${near ? ` (did you mean --${near}?)` : ''}; \`kvs <command> --help\` lists the flags`);
 }

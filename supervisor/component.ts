@@ -43,6 +43,9 @@ export class Component {
     private readonly onReady: (c: Component) => void = () => {},
   ) {}
 
+  /** The component asked for its node's data to be restored from the latest checkpoint. */
+  onRestoreRequest: ((why: string) => void) | undefined;
+
   /** Starts the process and resolves once it reports ready; rejects if it exits first. */
   start(): Promise<void> {
     this.wanted = true;
@@ -73,6 +76,7 @@ export class Component {
       if (m?.type === 'detail') this.detail = String(m.detail ?? '');
       if (m?.type === 'health') this.writesRefused = String(m.writesRefused ?? '');
       if (m?.type === 'metrics') this.metricsRequests.get(m.id ?? 0)?.(m.metrics);
+      if (m?.type === 'restore-checkpoint') this.onRestoreRequest?.(String((m as { why?: string }).why ?? ''));
       if (m?.type !== 'ready') return;
       this.state = 'ready';
       this.log.info({ child: this.name, childPid: this.pid }, `${this.name} ready`);

@@ -11,6 +11,7 @@ import { bindUnix, shutdown } from '../shared/grpc/server.js';
 import { Component } from './component.js';
 import { serveHttp, type Probe } from './http.js';
 import { claimDataDir, releaseDataDir } from './data-dir-lock.js';
+import { dbPath } from '../shared/mvcc/schema.js';
 import * as M from '../shared/metrics.js';
 import type http from 'node:http';
 
@@ -42,6 +43,38 @@ export class Supervisor {
     // Owners without a process on this node are exported by the supervisor (at zero, or `single`).
     this.registry = M.processRegistry('supervisor', [...(cfg.s3Bucket ? [] : ['archiver' as const]), ...(cluster ? [] : ['peer' as const])]);
     if (!cluster) M.role.set({ role: 'single' }, 1);
+    const peer = this.get('peer');
+    if (peer) peer.onRestoreRequest = (why) => void this.restoreFromCheckpoint(why);
+  }
+
+  /**
+   * A follower so far behind that the object store's WAL no longer reaches back to it (gc
+   * removed what it lacks) starts over from the latest checkpoint, as an empty node would: its
+   * database holds only committed history, all of it in that checkpoint or the WAL after it,
+   * and what it staged past that is dropped when it follows anyway. The peer agent keeps
+   * running (the node keeps its place in the cluster); the others stop, the WAL then the
+   * database are removed (a crash between the two leaves a database and no WAL: still a
+   * follower's consistent state), and they start again: the archiver restores the checkpoint
+   * into the empty directory, the peer agent catches up from the WAL after it.
+   */
+  private restoring: Promise<void> | undefined;
+  private restoreFromCheckpoint(why: string): Promise<void> {
+    if (this.stopping || !this.started) return Promise.resolve();
+    this.restoring ??= (async () => {
+      this.log.warn({ why }, 'too far behind to catch up: restoring this node from the latest checkpoint (its database and WAL are replaced)');
+      const others = this.components.filter((c) => c.name !== 'peer');
+      for (const c of [...others].reverse()) await c.stop();
+      fs.rmSync(path.join(this.cfg.dataDir, 'wal'), { recursive: true, force: true });
+      fs.rmSync(dbPath(this.cfg.dataDir), { recursive: true, force: true });
+      for (const c of others) await c.start();
+      this.log.info('restored from the latest checkpoint; following the leader again');
+    })()
+      .catch(async (err: Error) => {
+        this.log.fatal({ err: err.message }, 'restoring from the latest checkpoint failed');
+        await this.stop('restore from the latest checkpoint failed', 1);
+      })
+      .finally(() => (this.restoring = undefined));
+    return this.restoring;
   }
 
   get(name: string): Component | undefined {

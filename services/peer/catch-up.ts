@@ -10,6 +10,11 @@ import type { StorageSide } from './storage-side.js';
 
 const CHUNK_BYTES = 4 * 1024 * 1024;
 
+/** The object store's WAL no longer reaches back to what this node holds (gc removed it). */
+export class TooFarBehindError extends Error {
+  override name = 'TooFarBehindError';
+}
+
 /**
  * Hands storage every uploaded record past what it has applied; returns how many. Records it
  * holds staged are sent too: storage keeps those that match and drops its own from the first
@@ -22,9 +27,9 @@ export async function catchUpFromStore(store: ObjectStore, storage: StorageSide,
   if (objects.length === 0) return 0;
   const start = objects.reduce((m, o) => (o.first < m ? o.first : m), objects[0].first);
   if (start > from) {
-    throw new Error(
-      `this node holds records through ${have}, but the object store's WAL continues only at ${start}: ` +
-        'it is too far behind to catch up; stop it, empty its data directory and start it again (it restores from the latest checkpoint)',
+    throw new TooFarBehindError(
+      `this node holds records through ${have}, but the object store's WAL continues only at ${start} (the rest is in a checkpoint): ` +
+        'it is too far behind to catch up from the WAL',
     );
   }
   let chunk: WalRecord[] = [];

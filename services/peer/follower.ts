@@ -14,7 +14,8 @@ import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
-import { catchUpFromStore } from './catch-up.js';
+import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
+import { requestCheckpointRestore } from '../../shared/component.js';
 import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
@@ -169,6 +170,8 @@ export class Following {
             () => finish('resync'),
             (err: Error) => {
               log.error({ err: err.message }, 'catching up from the object store failed');
+              // The supervisor restores the latest checkpoint (storage restarts; this agent waits for it).
+              if (err instanceof TooFarBehindError) requestCheckpointRestore(err.message);
               finish('failed');
             },
           );

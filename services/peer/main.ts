@@ -13,7 +13,7 @@ import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
 import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
-import { installLifecycle, reportState, serveMetrics, signalReady } from '../../shared/component.js';
+import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import { storedPosition } from '../../shared/objectstore/catalog.js';
@@ -27,7 +27,7 @@ import { StorageSide, Role } from './storage-side.js';
 import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
-import { catchUpFromStore } from './catch-up.js';
+import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
 import { PEER_SERVER_OPTIONS, listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
 /** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
@@ -200,7 +200,18 @@ class PeerNode {
     await this.storage.whenAttached(signal);
     // What a previous leader acknowledged while this node was cut off is in the object store.
     await this.storage.setRole(Role.UNKNOWN, held.record.term);
-    await catchUpFromStore(this.store, this.storage, this.log);
+    try {
+      await catchUpFromStore(this.store, this.storage, this.log);
+    } catch (err) {
+      if (!(err instanceof TooFarBehindError)) throw err;
+      // It cannot lead without the history gc removed: it gives the lock up (another node may
+      // have it all) and restores the latest checkpoint, then elects again.
+      this.log.error({ err: err.message }, 'cannot lead: too far behind the object store; releasing the lock');
+      await this.lock.replace({ ...held.record, released: true, lastSeenNano: nowNano() }, held.etag).catch(() => undefined);
+      requestCheckpointRestore(err.message);
+      await sleep(this.retryMs, signal);
+      return;
+    }
     await this.recordTermStart(held.record.term);
     const l = new Leadership({
       self: this.self, lock: this.lock, held, storage: this.storage, board: this.board, log: this.log,
