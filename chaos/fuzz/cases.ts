@@ -27,7 +27,8 @@ export interface Case {
   kind: string;
   /** One line: what it sends. */
   describe: string;
-  run(endpoint: string): Promise<CaseResult>;
+  /** `answerMs`: how long the server has to answer or close once the client is done (ANSWER_MS). */
+  run(endpoint: string, answerMs?: number): Promise<CaseResult>;
   /** The bytes a raw case writes, one buffer per write (for a closer look at a replay). */
   writes?: Buffer[];
 }
@@ -41,7 +42,7 @@ export interface TargetSpec {
   blocking: ReadonlySet<string>;
 }
 
-/** How long a server has, after the client is done sending, to answer or close. */
+/** How long a server has, after the client is done sending, to answer or close (by default). */
 export const ANSWER_MS = 5000;
 
 // ---------------------------------------------------------------- raw frames
@@ -220,10 +221,10 @@ function rawFramesCase(rand: Rand, spec: TargetSpec): Case {
     kind: 'raw-frames',
     describe: `raw frames: ${paths.join(', ')}; ${s.notes.join(', ') || 'well-formed'}; ${bytes.length} bytes in ${chunks.length} writes`,
     writes: chunks,
-    async run(endpoint) {
+    async run(endpoint, answerMs = ANSWER_MS) {
       // The client goes quiet (then half-closes) once it has sent everything: the server must
       // have answered or closed by then, or close when it sees the end of the connection.
-      const r = await rawExchange(endpoint, chunks, 500, ANSWER_MS + 2000);
+      const r = await rawExchange(endpoint, chunks, 500, answerMs + 2000);
       const frames = http2Frames(r.received);
       if (!r.closed) {
         const errorGoaway = hasErrorGoaway(r.received);
@@ -260,8 +261,8 @@ function notHttp2Case(rand: Rand): Case {
   return {
     kind: 'not-http2',
     describe: `not HTTP/2: ${bytes.length} bytes starting ${bytes.subarray(0, 16).toString('hex')}`,
-    async run(endpoint) {
-      const r = await rawExchange(endpoint, bytes, 500, ANSWER_MS + 2000);
+    async run(endpoint, answerMs = ANSWER_MS) {
+      const r = await rawExchange(endpoint, bytes, 500, answerMs + 2000);
       return { outcome: r.closed ? (r.received.length > 0 ? 'answered' : 'closed') : 'hung' };
     },
   };
@@ -344,11 +345,11 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref()
 
 function h2StreamsCase(rand: Rand, spec: TargetSpec): Case {
   const plans = Array.from({ length: rand.weighted([[6, 1], [3, 2], [1, 5]] as const) }, () => streamPlan(rand, spec));
-  const deadline = ANSWER_MS + Math.max(0, ...plans.map((p) => parseInt(String(p.headers['grpc-timeout'] ?? '0')) || 0).filter((t) => t <= 2000));
+  const ownTimeout = Math.max(0, ...plans.map((p) => parseInt(String(p.headers['grpc-timeout'] ?? '0')) || 0).filter((t) => t <= 2000));
   return {
     kind: 'grpc-streams',
     describe: `grpc streams: ${plans.map((p) => p.notes.join(' ')).join('; ')}`,
-    run: (endpoint) =>
+    run: (endpoint, answerMs = ANSWER_MS) =>
       new Promise<CaseResult>((resolve) => {
         const session = http2.connect(`http://${endpoint}`);
         let sessionClosed = false;
@@ -374,7 +375,7 @@ function h2StreamsCase(rand: Rand, spec: TargetSpec): Case {
           const open = state.some((s) => !s.done && !s.ourReset && !s.answered);
           if (!open || sessionClosed) finish(state.some((s) => s.answered) ? 'answered' : 'closed');
         }
-        const timer = setTimeout(() => finish('hung'), deadline);
+        const timer = setTimeout(() => finish('hung'), answerMs + ownTimeout);
         plans.forEach((p, i) => {
           const st = state[i]!;
           let req: http2.ClientHttp2Stream;

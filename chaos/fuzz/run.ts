@@ -17,6 +17,8 @@ export interface RunOptions {
   only?: number[];
   /** Connections at once. */
   concurrency?: number;
+  /** How long the server has to answer or close each connection once the client is done (cases.ts ANSWER_MS by default). */
+  answerMs?: number;
   /** Progress lines (stderr in the CLI). */
   log?: (line: string) => void;
 }
@@ -118,7 +120,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
       const c = target.cases(rand);
       const endpoint = rand.pick(target.fuzzEndpoints);
       inFlight.add(i);
-      const { outcome } = await c.run(endpoint);
+      const { outcome } = await c.run(endpoint, opts.answerMs);
       inFlight.delete(i);
       sinceCheck.add(i);
       summary.cases++;

@@ -1,6 +1,6 @@
 // The servers a fuzz run attacks, started as real processes by the integration harness: one
-// kvs node for the client port; a three-node cluster for the peer port (its peer ports are
-// fuzzed, its client ports serve the oracle).
+// kvs node for the client port; a cluster for the peer port, three nodes unless asked (its peer
+// ports are fuzzed, its client ports serve the oracle).
 import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
 import { startCluster } from '../../integration/cluster.js';
 import type { Case } from './cases.js';
@@ -20,12 +20,13 @@ export interface FuzzTarget {
   cases: (rand: Rand) => Case;
 }
 
-export async function startTarget(t: Ctx, kind: TargetKind): Promise<FuzzTarget> {
+/** `clusterSize`: the peer port's cluster (3 by default; 1 is a leader alone, quicker to start). */
+export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Promise<FuzzTarget> {
   if (kind === 'client') {
     const node = await startKvs(t);
     return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: clientCase };
   }
-  const cluster = await startCluster(t, 3);
+  const cluster = await startCluster(t, clusterSize);
   return {
     kind,
     fuzzEndpoints: cluster.nodes.map((n) => `127.0.0.1:${n.peerPort}`),

@@ -28,7 +28,7 @@ import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
-import { listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
+import { PEER_SERVER_OPTIONS, listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
 /** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
 const ELECTION_WAIT_MS = 3000;
@@ -54,7 +54,7 @@ export async function runPeer(cfg: Config): Promise<void> {
   });
   await bindUnix(agent, socketPath(cfg.dataDir, 'peer'));
 
-  const peer = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1, 'grpc.keepalive_permit_without_calls': 1 });
+  const peer = new grpc.Server(PEER_SERVER_OPTIONS);
   peer.addService(service('kvs.peer.Peer'), {
     Follow: (call: grpc.ServerDuplexStream<any, unknown>) => {
       if (!node.leadership) {

@@ -26,6 +26,7 @@ import { splitHostPort } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
 import { PeerTlsSource, peerTlsFiles } from '../../shared/grpc/peer-tls.js';
+import { guardEarlyResetStreams } from './grpc-server-guards.js';
 
 export const PeerClient = grpc.makeGenericClientConstructor(service('kvs.peer.Peer'), 'Peer');
 export const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
@@ -38,6 +39,25 @@ export const PEER_CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.max_reconnect_backoff_ms': 1000,
   'grpc.keepalive_time_ms': 10_000,
   'grpc.keepalive_timeout_ms': 5_000,
+};
+
+/**
+ * The Peer server's options. Its keepalive is what closes a broken connection: after some
+ * protocol errors (DATA on a closed stream, a CONTINUATION out of place, a length that lies)
+ * node's http2 sends GOAWAY with the error code and then stops reading the socket without
+ * closing it or telling JS (no 'error', no 'close'), and a connection that never finishes its
+ * preface is not closed either. Such a session cannot answer a PING: grpc-js pings every
+ * session every 2 s and destroys one whose ACK has not come 3 s later (found by the port
+ * fuzzer, docs/reliability.md). Real peers answer PINGs from their http2 layer, busy or not;
+ * the timeout matches the leader's own ACK timeout (leader.ts), so a follower stalled long
+ * enough to lose its session was already being dropped for its missing ACKs. (grpc-js's server
+ * has no ping policy to relax: 'grpc.keepalive_permit_without_calls' is a channel option.)
+ */
+export const PEER_SERVER_OPTIONS: grpc.ServerOptions = {
+  'grpc.max_receive_message_length': -1,
+  'grpc.max_send_message_length': -1,
+  'grpc.keepalive_time_ms': 2_000,
+  'grpc.keepalive_timeout_ms': 3_000,
 };
 
 /** Every refusal the peer port answers starts so (a follower recognises them by it). */
@@ -203,6 +223,8 @@ function handshakeFailure(err: Error & { code?: string; reason?: string }): stri
 // ---- the listening side --------------------------------------------------------------------
 
 export interface PeerListener {
+  /** The port it listens on (the one asked for, or the one the system chose for port 0). */
+  port: number;
   /** Stops accepting connections (open ones are the grpc server's to end). */
   close(): void;
 }
@@ -215,6 +237,7 @@ export interface PeerListener {
 export async function listenPeer(server: grpc.Server, addr: string, creds: PeerCredentials, nodeId: string, log: Logger): Promise<PeerListener> {
   const hp = splitHostPort(addr);
   if (!hp) throw new Error(`--peer-listen ${addr}: expected host:port`);
+  guardEarlyResetStreams(server);
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const source = creds.source;
   const hostOf = new WeakMap<net.Socket, string>();
@@ -315,6 +338,7 @@ export async function listenPeer(server: grpc.Server, addr: string, creds: PeerC
   });
   listener.on('error', (err) => log.error({ err: err.message }, 'peer port listener failed'));
   return {
+    port: (listener.address() as net.AddressInfo).port,
     close() {
       listener.close();
       for (const s of opening) s.destroy();
