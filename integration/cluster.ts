@@ -3,6 +3,8 @@
 // The failure-detection knobs are set short (real flags, documented in docs/cluster.md) so
 // that failovers take seconds, not the defaults' ten.
 import { Etcd3 } from 'etcd3';
+import { openObjectStore } from '../shared/objectstore/index.js';
+import { LEADER_LOCK } from '../shared/objectstore/layout.js';
 import { TEST_CALL_OPTIONS, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
@@ -87,3 +89,14 @@ export async function waitForLeader(nodes: ClusterNode[], deadlineMs = 60_000): 
 }
 
 export { leaderOf };
+
+/** The epoch of the leadership in the cluster's lock (services/peer/lock.ts): what peer calls carry. */
+export async function leaderEpoch(cluster: TestCluster): Promise<string> {
+  const store = await openObjectStore(cluster.objectStore!);
+  try {
+    const got = await store.get(LEADER_LOCK);
+    return (JSON.parse(got!.body.toString('utf8')) as { epoch?: string }).epoch ?? '';
+  } finally {
+    store.close();
+  }
+}

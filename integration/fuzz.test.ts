@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../shared/proto/index.js';
+import { EPOCH_HEADER } from '../services/peer/transport.js';
 import { crashed, processes } from '../chaos/fuzz/oracle.js';
 import { fuzz, summaryLine, type RunSummary } from '../chaos/fuzz/run.js';
 import { startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
@@ -58,7 +59,9 @@ test('peer port (a one-node cluster)', async (t) => {
     const Peer = grpc.makeGenericClientConstructor(service('kvs.peer.Peer'), 'Peer');
     for (const endpoint of target.fuzzEndpoints) {
       const c = new Peer(endpoint, grpc.credentials.createInsecure()) as grpc.Client & Record<string, any>;
-      const stream = c.Follow({ deadline: Date.now() + 5000 });
+      const md = new grpc.Metadata();
+      md.set(EPOCH_HEADER, target.epoch!);
+      const stream = c.Follow(md, { deadline: Date.now() + 5000 });
       const ended = new Promise<grpc.ServiceError | undefined>((resolve) => {
         stream.on('error', resolve);
         stream.on('end', () => resolve(undefined));

@@ -27,6 +27,8 @@ export const Errors = {
   notCapable: e(status.UNAVAILABLE, 'etcdserver: not capable'),
   // Cluster mode: no leader is reachable (electing, partitioned). Clients retry on UNAVAILABLE.
   noLeader: e(status.UNAVAILABLE, 'etcdserver: no leader'),
+  // Cluster mode: the leader a request was sent to is no longer the leader.
+  leaderChanged: e(status.UNAVAILABLE, 'etcdserver: leader changed'),
   // kvs's own, where etcd has no equivalent
   keyTooLong: (max: number) =>
     e(status.INVALID_ARGUMENT, `kvs: key is longer than ${max} bytes (the embedded database's key size limit)`),

@@ -40,6 +40,8 @@ export interface TargetSpec {
   messages(rand: Rand, method: MethodInfo): Buffer[];
   /** Methods whose calls may wait indefinitely by design (a watch, a lock): always sent with a deadline. */
   blocking: ReadonlySet<string>;
+  /** Headers a real caller sends (the peer port's leader epoch), on most streams so cases get past them. */
+  headers?: Readonly<Record<string, string>>;
 }
 
 /** How long a server has, after the client is done sending, to answer or close (by default). */
@@ -290,6 +292,7 @@ function streamPlan(rand: Rand, spec: TargetSpec): StreamPlan {
     'content-type': 'application/grpc',
     te: 'trailers',
   };
+  if (spec.headers && rand.chance(0.9)) Object.assign(headers, spec.headers);
   const blocking = spec.blocking.has(method.path);
   const end = !blocking && rand.chance(0.9);
   if (blocking || !end || rand.chance(0.3)) headers['grpc-timeout'] = `${rand.range(50, 2000)}m`;

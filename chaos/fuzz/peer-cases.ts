@@ -7,6 +7,7 @@ import { sharedCase, type Case, type TargetSpec } from './cases.js';
 import { CLIENT_POOLS } from './client-cases.js';
 import type { Pools } from './protobuf-fuzz.js';
 import type { Rand } from './random.js';
+import { EPOCH_HEADER } from '../../services/peer/transport.js';
 
 /** The etcd request each kvs.storage.Op carries (services/storage), by op number. */
 const OP_METHOD: Record<number, string> = {
@@ -51,7 +52,8 @@ function peerSpec(): TargetSpec {
 
 let spec: TargetSpec | undefined;
 
-/** Case `rand` draws for the peer port. */
-export function peerCase(rand: Rand): Case {
-  return sharedCase(rand, (spec ??= peerSpec()));
+/** Case `rand` draws for the peer port, whose leader is the leadership of `epoch` (its lock's). */
+export function peerCase(rand: Rand, epoch: string): Case {
+  spec ??= peerSpec();
+  return sharedCase(rand, { ...spec, headers: { [EPOCH_HEADER]: epoch } });
 }

@@ -2,7 +2,7 @@
 // kvs node for the client port; a cluster for the peer port, three nodes unless asked (its peer
 // ports are fuzzed, its client ports serve the oracle).
 import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
-import { startCluster } from '../../integration/cluster.js';
+import { leaderEpoch, startCluster } from '../../integration/cluster.js';
 import type { Case } from './cases.js';
 import { clientCase } from './client-cases.js';
 import { peerCase } from './peer-cases.js';
@@ -18,6 +18,8 @@ export interface FuzzTarget {
   clientEndpoints: string[];
   nodes: KvsNode[];
   cases: (rand: Rand) => Case;
+  /** The peer port's leadership epoch (lock.ts), which real peer calls carry. */
+  epoch?: string;
 }
 
 /** `clusterSize`: the peer port's cluster (3 by default; 1 is a leader alone, quicker to start). */
@@ -27,12 +29,14 @@ export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Pr
     return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: clientCase };
   }
   const cluster = await startCluster(t, clusterSize);
+  const epoch = await leaderEpoch(cluster);
   return {
     kind,
     fuzzEndpoints: cluster.nodes.map((n) => `127.0.0.1:${n.peerPort}`),
     clientEndpoints: cluster.nodes.map((n) => n.endpoint),
     nodes: cluster.nodes.map((n) => n.kvs),
-    cases: peerCase,
+    cases: (rand) => peerCase(rand, epoch),
+    epoch,
   };
 }
 

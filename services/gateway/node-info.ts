@@ -47,9 +47,10 @@ export class NodeInfo {
   mustLinearize(serializable: boolean): boolean {
     const c = this.cluster;
     if (!c || serializable) return false;
-    // A leader reads its own state, unless a member is disconnected: then only while its lock is
-    // provably still its own (docs/cluster.md).
-    return this.linearizableReads && (!c.leading || c.degraded);
+    // On the leader too: a leader paused (or cut off) may have been replaced without knowing it
+    // yet, and its own state is then stale. Its peer agent answers only with proof that it
+    // still leads (leader.ts: readIndex), as etcd's ReadIndex confirms leadership first.
+    return this.linearizableReads;
   }
 
   members(): MemberInfo[] {

@@ -16,7 +16,7 @@ import * as M from '../../shared/metrics.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
 import { requestCheckpointRestore } from '../../shared/component.js';
-import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
+import { newEpoch, nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
 import { peerClient, type PeerCredentials } from './transport.js';
@@ -82,7 +82,7 @@ export class Following {
 
   async run(): Promise<FollowEnd> {
     const { log, signal } = this.o;
-    const client = peerClient(this.o.held.record.peerUrl, this.o.creds);
+    const client = peerClient(this.o.held.record.peerUrl, this.o.creds, this.o.held.record.epoch ?? '');
     let failures = 0;
     try {
       while (!signal.aborted) {
@@ -118,7 +118,7 @@ export class Following {
     if (signal.aborted) return 'stopped';
     // Staged entries never seen committed are dropped: the leader sends what follows `applied`.
     const p = await storage.setRole(Role.FOLLOWER, term);
-    board.update({ role: Role.FOLLOWER, term, leader: this.leader, inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
+    board.update({ role: Role.FOLLOWER, term, leader: this.leader, leaderEpoch: held.record.epoch ?? '', inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
     return new Promise((resolve) => {
       const call = client.Follow() as grpc.ClientDuplexStream<unknown, LeaderMessage>;
       let served = false;
@@ -218,7 +218,7 @@ export class Following {
     const need = this.observed.fast ? this.o.ttlMs : this.o.watchIntervalMs + this.o.ttlMs;
     const lastSeenAgeMs = Number(BigInt(nowNano()) - BigInt(cur.record.lastSeenNano)) / 1e6;
     if (now - this.observed.since < need || lastSeenAgeMs < this.o.ttlMs) return undefined;
-    const won = await lock.replace({ ...self, term: cur.record.term + 1, lastSeenNano: nowNano() }, cur.etag);
+    const won = await lock.replace({ ...self, term: cur.record.term + 1, lastSeenNano: nowNano(), epoch: newEpoch() }, cur.etag);
     M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
     if (!won) return { kind: 'elect' };
     log.warn({ previous: cur.record.nodeId, term: won.record.term, waitedMs: Math.round(now - this.observed.since) }, 'took over the leader lock');

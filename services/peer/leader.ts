@@ -40,6 +40,8 @@ const TOUCH_MS = 2000;
 const HEARTBEAT_MS = 500;
 /** A follower silent this long counts as disconnected. */
 const ACK_TIMEOUT_MS = 3000;
+/** A tick this late (twice its interval) means the process was paused: see catchUpTimers(). */
+const LATE_TICK_MS = 2 * HEARTBEAT_MS;
 /** A member disconnected this long is forgotten (see follower.ts: FAST_TAKEOVER_WINDOW_MS). */
 const FORGET_MS = 30_000;
 
@@ -73,6 +75,11 @@ export type LeaderEnd = 'deposed' | 'stopped' | 'storage-lost';
 export class Leadership {
   readonly term: number;
   private held: HeldLock;
+
+  /** The leadership's epoch, from the lock this node won (lock.ts). */
+  get epoch(): string {
+    return this.held.record.epoch ?? '';
+  }
   private readonly followers = new Map<string, FollowerConn>();
   /** Members of this term that are gone, and since when (monotonic ms). */
   private readonly disconnected = new Map<string, number>();
@@ -87,6 +94,8 @@ export class Leadership {
   private touching = false;
   private lastTouchAttempt = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** When tick() last ran (monotonic ms): a long gap means this process was paused or starved. */
+  private lastTickAt = performance.now();
   private ended: ((why: LeaderEnd) => void) | undefined;
   private done = false;
   private readonly listeners: [string, (...a: any[]) => void][] = [];
@@ -208,9 +217,22 @@ export class Leadership {
     return this.degraded ? age < this.o.ttlMs - margin : age < this.o.watchIntervalMs + this.o.ttlMs - margin;
   }
 
+  /**
+   * After a pause (SIGSTOP, a starved VM), I/O queued meanwhile — a follower's ACK, a read — is
+   * handled before the timers run, on state from before the pause: followers that fell silent
+   * still count as connected, a touch as recent. Another node may have taken over meanwhile.
+   * So before anything is acknowledged or answered, the timers' checks run first when they are
+   * late: silent followers are dropped, and then only a fresh touch can prove the lock.
+   */
+  private catchUpTimers(): void {
+    if (performance.now() - this.lastTickAt > LATE_TICK_MS) this.tick();
+  }
+
   private evaluate(): void {
     const b = this.pending;
     if (!b || this.done) return;
+    this.catchUpTimers();
+    if (this.pending !== b || this.done) return;
     for (const f of this.followers.values()) if (f.caughtUp && f.durableThrough < b.last) return;
     if (this.degraded && !b.uploaded) {
       // Only while the lock is surely ours: a deposed leader must not add to the uploaded WAL.
@@ -344,6 +366,7 @@ export class Leadership {
   private tick(): void {
     if (this.done) return;
     const now = performance.now();
+    this.lastTickAt = now;
     for (const f of [...this.followers.values()]) {
       if (now - f.lastAckAt > ACK_TIMEOUT_MS) this.drop(f, `no ACK for ${ACK_TIMEOUT_MS} ms`);
       else f.call.write({ term: this.term, commitThrough: this.committedThrough });
@@ -384,6 +407,7 @@ export class Leadership {
 
   /** Peer.GetRevision / a linearizable read on this node: only while the lock is surely ours. */
   readIndex(): { index: number; revision: number; term: number } {
+    this.catchUpTimers();
     if (this.done || !this.fresh()) throw Errors.noLeader;
     return { index: this.committedThrough, revision: this.committedRevision, term: this.term };
   }

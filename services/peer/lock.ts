@@ -3,6 +3,7 @@
 // (If-Match: <etag>) is the only way to become leader; a refused replace means someone else
 // changed it first. `lastSeenNano` is written as the spec says, but no decision here compares
 // it with another machine's clock alone (docs/cluster.md).
+import { randomUUID } from 'node:crypto';
 import { LEADER_LOCK } from '../../shared/objectstore/layout.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 
@@ -16,7 +17,17 @@ export interface LockRecord {
   lastSeenNano: string;
   /** Set by a leader that stopped and handed over: any follower may take it at once. */
   released?: boolean;
+  /**
+   * Random, new at every election: names this leadership. Every peer call carries the epoch the
+   * caller read from the lock, and a leader answers only its own (transport.ts), so that no node
+   * follows or forwards to a leader it did not find in this lock: a stale one after a pause,
+   * or another cluster's node that took over the address of a dead one.
+   */
+  epoch?: string;
 }
+
+/** A new leadership's epoch. */
+export const newEpoch = (): string => randomUUID();
 
 export interface HeldLock {
   record: LockRecord;

@@ -22,13 +22,13 @@ import { Errors, EtcdError } from '../../shared/errors.js';
 import { memberIdOf } from '../../shared/cluster.js';
 import * as M from '../../shared/metrics.js';
 import { writeMetricsByOp } from '../../shared/metrics.js';
-import { LeaderLock, nowNano, type HeldLock } from './lock.js';
+import { LeaderLock, newEpoch, nowNano, type HeldLock } from './lock.js';
 import { StorageSide, Role } from './storage-side.js';
 import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
-import { PEER_SERVER_OPTIONS, listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
+import { PEER_SERVER_OPTIONS, callForEpoch, listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
 
 /** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
 const ELECTION_WAIT_MS = 3000;
@@ -56,19 +56,21 @@ export async function runPeer(cfg: Config): Promise<void> {
 
   const peer = new grpc.Server(PEER_SERVER_OPTIONS);
   peer.addService(service('kvs.peer.Peer'), {
+    // Each call names the leadership its caller found in the lock (its epoch): any other is
+    // refused, as from a node that is not, or no longer, that leader (lock.ts: epoch).
     Follow: (call: grpc.ServerDuplexStream<any, unknown>) => {
-      if (!node.leadership) {
-        call.emit('error', { code: status.FAILED_PRECONDITION, details: `kvs: ${cfg.nodeId} is not the leader` });
+      if (!node.leads(call)) {
+        call.emit('error', { code: status.FAILED_PRECONDITION, details: `kvs: ${cfg.nodeId} is not the leader this node found in the lock` });
         return;
       }
-      node.leadership.serve(call);
+      node.leadership!.serve(call);
     },
-    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.leaderHandler('Write')),
-    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.leaderHandler('Lease')),
-    GetRevision: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => {
+    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Write')) : call.emit('error', Errors.leaderChanged)),
+    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Lease')) : call.emit('error', Errors.leaderChanged)),
+    GetRevision: (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
       try {
-        if (!node.leadership) throw Errors.noLeader;
-        cb(null, node.leadership.readIndex());
+        if (!node.leads(call)) throw Errors.noLeader;
+        cb(null, node.leadership!.readIndex());
       } catch (err) {
         cb({ code: (err as EtcdError).code ?? status.UNAVAILABLE, details: (err as Error).message });
       }
@@ -173,7 +175,7 @@ class PeerNode {
     await this.storage.whenAttached(signal);
     const cur = await this.lock.read();
     const term = Math.max(cur?.record.term ?? 0, this.seenTerm()) + 1;
-    const mine = { ...this.self, term, lastSeenNano: nowNano() };
+    const mine = { ...this.self, term, lastSeenNano: nowNano(), epoch: newEpoch() };
     if (!cur) {
       const won = await this.lock.create(mine);
       M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
@@ -275,15 +277,22 @@ class PeerNode {
 
   /** The current leader's Forward streams (a follower's side). */
   private remoteLinks(leader: Member) {
-    if (this.remote?.leader !== leader.peerUrl) {
+    const epoch = this.board.current.leaderEpoch;
+    const key = `${leader.peerUrl} ${epoch}`;
+    if (this.remote?.leader !== key) {
       this.remote?.Write.close();
       this.remote?.Lease.close();
       this.remote?.client.close();
-      const client = peerClient(leader.peerUrl, this.creds);
+      const client = peerClient(leader.peerUrl, this.creds, epoch);
       const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
-      this.remote = { leader: leader.peerUrl, client, Write: new BatchLink(client, 'Forward', this.log, opts), Lease: new BatchLink(client, 'ForwardLease', this.log, opts) };
+      this.remote = { leader: key, client, Write: new BatchLink(client, 'Forward', this.log, opts), Lease: new BatchLink(client, 'ForwardLease', this.log, opts) };
     }
     return this.remote;
+  }
+
+  /** This node leads, in the leadership the peer call was meant for. */
+  leads(call: { metadata: grpc.Metadata }): boolean {
+    return this.leadership !== undefined && callForEpoch(call, this.leadership.epoch);
   }
 
   /** Agent.Forward: the gateway's writes, to the leader (or, on the leader, to storage). */

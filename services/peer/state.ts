@@ -17,6 +17,8 @@ export interface ClusterState {
   role: RoleValue;
   term: number;
   leader: Member | undefined;
+  /** The leader's lock epoch (lock.ts), carried by this node's calls to it. */
+  leaderEpoch: string;
   members: Member[];
   inSync: boolean;
   reason: string;
@@ -26,7 +28,7 @@ export interface ClusterState {
 const ROLE_NAMES = { [Role.LEADER]: 'leader', [Role.FOLLOWER]: 'follower' } as Record<number, string>;
 
 export class StateBoard {
-  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, members: [], inSync: false, reason: 'electing a leader', degraded: false };
+  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, leaderEpoch: '', members: [], inSync: false, reason: 'electing a leader', degraded: false };
   private readonly subscribers = new Set<grpc.ServerWritableStream<unknown, unknown>>();
   private waiters: (() => void)[] = [];
 

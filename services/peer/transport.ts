@@ -130,8 +130,24 @@ export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 
   };
 }
 
-export function peerClient(addr: string, creds: PeerCredentials): grpc.Client & Record<string, any> {
-  return new PeerClient(addr, creds.client, PEER_CHANNEL_OPTIONS) as any;
+/** Metadata of every peer call: the epoch of the leadership the caller found in the lock. */
+export const EPOCH_HEADER = 'kvs-leader-epoch';
+
+/** A client of the leader at `addr`, which the caller found in the lock with `epoch`. */
+export function peerClient(addr: string, creds: PeerCredentials, epoch: string): grpc.Client & Record<string, any> {
+  const withEpoch: grpc.Interceptor = (options, nextCall) =>
+    new grpc.InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set(EPOCH_HEADER, epoch);
+        next(metadata, listener);
+      },
+    });
+  return new PeerClient(addr, creds.client, { ...PEER_CHANNEL_OPTIONS, interceptors: [withEpoch] }) as any;
+}
+
+/** Whether a peer call was meant for the leadership of `epoch` (lock.ts). */
+export function callForEpoch(call: { metadata: grpc.Metadata }, epoch: string): boolean {
+  return (call.metadata.get(EPOCH_HEADER)[0] ?? '') === epoch;
 }
 
 // ---- the dialing side ----------------------------------------------------------------------
