@@ -116,7 +116,7 @@ export class Following {
     const term = held.record.term;
     await storage.whenAttached(signal).catch(() => undefined);
     if (signal.aborted) return 'stopped';
-    // Staged entries never seen committed are dropped: the leader sends what follows `applied`.
+    // Staged entries stay until a leader answers (see the first message below).
     const p = await storage.setRole(Role.FOLLOWER, term);
     board.update({ role: Role.FOLLOWER, term, leader: this.leader, leaderEpoch: held.record.epoch ?? '', inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
     return new Promise((resolve) => {
@@ -142,7 +142,11 @@ export class Following {
       }, 500);
       const onAbort = () => finish('stopped');
       signal.addEventListener('abort', onAbort);
+      // No ACK before storage dropped what it staged from an earlier leader (first message):
+      // its durable position would count entries this leader never sent.
+      let acking = false;
       const onProgress = (pr: { durableThrough: number; appliedThrough: number }) => {
+        if (!acking) return;
         call.write({ ack: { durableThrough: pr.durableThrough, appliedThrough: pr.appliedThrough } });
         if (syncTarget >= 0 && pr.appliedThrough >= syncTarget) {
           syncTarget = -1;
@@ -178,6 +182,12 @@ export class Following {
           return;
         }
         if (m.leaving) return finish('leaving');
+        if (!acking) {
+          // This leader answers: what was staged past `applied` goes (it sends it again). Kept
+          // until now: had the leader been gone, this node might have led with those entries.
+          acking = true;
+          void storage.dropStaged(term).catch(() => undefined);
+        }
         if (m.membersChanged) board.update({ members: m.members });
         const commit = n(m.commitThrough as number);
         if (syncTarget < 0 && !board.current.inSync) {

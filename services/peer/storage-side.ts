@@ -40,7 +40,7 @@ export class StorageSide extends EventEmitter {
   private call: grpc.ServerDuplexStream<StorageMessage, unknown> | undefined;
   /** What storage last reported (after hello, after every append and role change). */
   progress: Progress = { durableThrough: 0, appliedThrough: 0, revision: 0 };
-  private role: { role: RoleValue; term: number; degraded: boolean; termStart: number } = { role: Role.UNKNOWN, term: 0, degraded: false, termStart: 0 };
+  private role: { role: RoleValue; term: number; degraded: boolean; termStart: number; dropStaged?: boolean } = { role: Role.UNKNOWN, term: 0, degraded: false, termStart: 0 };
   private progressWaiters: ((p: Progress) => void)[] = [];
 
   constructor(private readonly log: Logger) {
@@ -120,6 +120,13 @@ export class StorageSide extends EventEmitter {
     this.role = { role, term, degraded, termStart };
     const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
     if (!this.send({ role: this.role })) return Promise.reject(new Error('storage is not attached'));
+    return p;
+  }
+
+  /** Follower: storage drops its staged entries (a leader answered and sends them again). */
+  dropStaged(term: number): Promise<Progress> {
+    const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
+    if (!this.send({ role: { ...this.role, role: Role.FOLLOWER, term, dropStaged: true } })) return Promise.reject(new Error('storage is not attached'));
     return p;
   }
 

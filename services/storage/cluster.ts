@@ -22,7 +22,7 @@ type U64 = number | { toNumber(): number };
 const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());
 
 interface AgentMessage {
-  role?: { role: number; term: U64; degraded: boolean; termStart: U64 };
+  role?: { role: number; term: U64; degraded: boolean; termStart: U64; dropStaged: boolean };
   replicated?: { through: U64; uploadFirst: boolean; code: number; message: string };
   entries?: { first: U64; last: U64; frames: Buffer; commitThrough: U64; committed: boolean };
 }
@@ -112,7 +112,7 @@ export class PeerAttach {
         }
       } else {
         const wasLeader = e.role === 'leader';
-        await e.becomeFollower(m.role.role === Role.FOLLOWER ? 'follower' : 'none', term);
+        await e.becomeFollower(m.role.role === Role.FOLLOWER ? 'follower' : 'none', term, m.role.dropStaged);
         if (wasLeader) this.hooks.onNotLeader();
       }
       stream.write({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });

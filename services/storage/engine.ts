@@ -377,18 +377,18 @@ export class Engine {
 
   /**
    * Becomes a follower (or electing, `none`): queued writes fail with etcd's no-leader error.
-   * Following a leader, staged entries are dropped once no batch is in flight (the leader sends
-   * them again). Electing, they are kept: the previous leader may have acknowledged them, and if
-   * this node takes over it applies them.
+   * Staged entries are kept — the previous leader may have acknowledged them, and if this node
+   * takes over it applies them — until `dropStaged`: a leader answered this follower and sends
+   * them again (once no batch is in flight).
    */
-  async becomeFollower(role: 'follower' | 'none', term: number): Promise<void> {
+  async becomeFollower(role: 'follower' | 'none', term: number, dropStaged = false): Promise<void> {
     if (term) this.identity.raftTerm = term;
     const was = this.role;
     this.role = role;
     for (const p of this.queue.splice(0)) this.finish(p, Errors.noLeader);
     await this.flight; // a leader's batch in flight fails (its replicate is refused) first
     if (was !== role) this.onRole(role);
-    if (role === 'follower') this.dropUnapplied();
+    if (dropStaged) this.dropUnapplied();
     else {
       this.executor.reload();
       this.lessor.reload();
