@@ -29,8 +29,9 @@ export interface ProxyOptions {
 
 interface Conn {
   readonly client: net.Socket;
-  /** The node that opened it, when identified. */
-  readonly source: string | undefined;
+  readonly remotePort: number | undefined;
+  /** The node that opened it, once identified. */
+  source: string | undefined;
   upstream?: net.Socket;
   flowing: boolean;
 }
@@ -45,6 +46,10 @@ export class TcpProxy {
   identified = 0;
 
   constructor(private readonly opts: ProxyOptions) {}
+
+  get name(): string {
+    return this.opts.name;
+  }
 
   /** Listens on 127.0.0.1 (`port`, or a free one); resolves with the port. */
   async start(port = 0): Promise<number> {
@@ -94,22 +99,31 @@ export class TcpProxy {
 
   private accept(client: net.Socket): void {
     this.accepted++;
-    let source: string | undefined;
-    const sources = this.opts.sources?.();
-    if (sources && sources.size > 0 && client.remotePort !== undefined) {
-      const group = owningGroup(client.remotePort, this.port, [...sources.keys()]);
-      source = group !== undefined ? sources.get(group) : undefined;
-      if (source !== undefined) this.identified++;
-    }
-    const c: Conn = { client, source, flowing: false };
+    const c: Conn = { client, remotePort: client.remotePort, source: undefined, flowing: false };
+    this.identify(c);
     this.conns.add(c);
     client.on('error', () => this.drop(c));
     client.on('close', () => this.drop(c));
     this.apply(c);
   }
 
+  /**
+   * Finds the node that opened `c`. Tried at accept and again before a mode change: a node
+   * dials its peers while it starts, before the harness knows its process group.
+   */
+  private identify(c: Conn): void {
+    const sources = this.opts.sources?.();
+    if (c.source !== undefined || !sources || sources.size === 0 || c.remotePort === undefined) return;
+    const group = owningGroup(c.remotePort, this.port, [...sources.keys()]);
+    c.source = group !== undefined ? sources.get(group) : undefined;
+    if (c.source !== undefined) this.identified++;
+  }
+
   private reapply(): void {
-    for (const c of this.conns) this.apply(c);
+    for (const c of this.conns) {
+      this.identify(c);
+      this.apply(c);
+    }
   }
 
   private apply(c: Conn): void {

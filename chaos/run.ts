@@ -83,6 +83,8 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
   }
   await recovered();
   await workload.stop();
+  const proxies = [...sys.nodes.flatMap((n) => (n.peer ? [n.peer] : [])), ...(sys.storeProxy ? [sys.storeProxy] : [])];
+  log(`connections identified by source: ${proxies.map((p) => `${p.name} ${p.identified}/${p.accepted}`).join(', ')}`);
 
   const leader = (await sys.leader()) ?? sys.nodes[0]!;
   const sets = await workload.finalReads(leader.direct);
@@ -94,6 +96,11 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
     await mkdir(o.outDir, { recursive: true });
     counterexampleFile = path.resolve(o.outDir, `chaos-seed-${o.seed}-counterexample.html`);
     await writeFile(counterexampleFile, renderHtml(linearizability, `kvs chaos, seed ${o.seed}`));
+  }
+  if (!ok) {
+    await mkdir(o.outDir, { recursive: true });
+    for (const n of sys.nodes) await writeFile(path.resolve(o.outDir, `chaos-seed-${o.seed}-${n.id}.log`), n.kvs.output());
+    log(`node logs: ${path.resolve(o.outDir, `chaos-seed-${o.seed}-<node>.log`)}`);
   }
   const figures = figuresOf(faults, workload.acks);
   const summary = summarize(o, sys, workload.stats, linearizability, appendSet, faults.length, figures, counterexampleFile);
