@@ -80,7 +80,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
           const deadline = Date.now() + 60_000;
           while (Date.now() < deadline) {
             const now = await sys.componentPid(node, component).catch(() => undefined);
-            if (now && now.pid !== before.pid && now.state === 'running') return;
+            if (now && now.pid !== before.pid && now.state === 'ready') return;
             await sleep(100);
           }
           throw new Error(`${node.id}'s supervisor did not restart ${component} within 60 s`);
@@ -132,10 +132,14 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
   }
 }
 
-/** How long a fault is held, ms: long enough for failure detection to act (past the TTL). */
+/**
+ * How long a fault is held, ms. Cuts and pauses last long enough for failure detection to act:
+ * a black-holed stream is noticed after 3 s without a message, then the lock must stay unchanged
+ * for the TTL. Kills and outages need less to matter.
+ */
 function holdMs(name: NemesisName, sys: ChaosSystem, rand: () => number): number {
-  const base = name === 'pause' || name === 'isolate-leader' || name === 'partition-peer' ? 2 * sys.ttlMs + 1000 : 1500;
-  return Math.round(base + rand() * 3000);
+  const cut = name === 'pause' || name === 'isolate-leader' || name === 'partition-peer';
+  return Math.round((cut ? 3000 + 2 * sys.ttlMs : 1500) + rand() * 2000);
 }
 
 /**

@@ -78,10 +78,15 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
       recovered,
       log,
     });
-  } finally {
     await sys.healAll();
+    await recovered();
+  } catch (err) {
+    // A fault that never healed, or a node that never came back: keep the evidence.
+    await sys.healAll();
+    await workload.stop();
+    await saveLogs(o, sys, log);
+    throw err;
   }
-  await recovered();
   await workload.stop();
   const proxies = [...sys.nodes.flatMap((n) => (n.peer ? [n.peer] : [])), ...(sys.storeProxy ? [sys.storeProxy] : [])];
   log(`connections identified by source: ${proxies.map((p) => `${p.name} ${p.identified}/${p.accepted}`).join(', ')}`);
@@ -97,15 +102,17 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
     counterexampleFile = path.resolve(o.outDir, `chaos-seed-${o.seed}-counterexample.html`);
     await writeFile(counterexampleFile, renderHtml(linearizability, `kvs chaos, seed ${o.seed}`));
   }
-  if (!ok) {
-    await mkdir(o.outDir, { recursive: true });
-    for (const n of sys.nodes) await writeFile(path.resolve(o.outDir, `chaos-seed-${o.seed}-${n.id}.log`), n.kvs.output());
-    log(`node logs: ${path.resolve(o.outDir, `chaos-seed-${o.seed}-<node>.log`)}`);
-  }
+  if (!ok) await saveLogs(o, sys, log);
   const figures = figuresOf(faults, workload.acks);
   const summary = summarize(o, sys, workload.stats, linearizability, appendSet, faults.length, figures, counterexampleFile);
   const details = `${formatReport(linearizability)}\n${formatAppendSetReport(appendSet)}`;
   return { ok, stats: workload.stats, linearizability, appendSet, faults, figures, counterexampleFile, summary, details };
+}
+
+async function saveLogs(o: ChaosOptions, sys: ChaosSystem, log: (line: string) => void): Promise<void> {
+  await mkdir(o.outDir, { recursive: true });
+  for (const n of sys.nodes) await writeFile(path.resolve(o.outDir, `chaos-seed-${o.seed}-${n.id}.log`), n.kvs.output());
+  log(`node logs: ${path.resolve(o.outDir, `chaos-seed-${o.seed}-<node>.log`)}`);
 }
 
 /** Resolves with the time at which a put through every probe (one per node) was acknowledged. */
