@@ -57,7 +57,7 @@ function signalGroup(node: ChaosNode, signal: NodeJS.Signals): void {
 }
 
 /** Injects `name`; returns a description and how to heal it. */
-async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): Promise<{ what: string; heal: Heal }> {
+async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): Promise<{ what: string; hold: number; heal: Heal }> {
   const leader = (await sys.leader(30_000)) ?? sys.nodes[0]!;
   const followers = sys.nodes.filter((n) => n !== leader);
   switch (name) {
@@ -65,7 +65,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
     case 'kill-follower': {
       const victim = name === 'kill-leader' ? leader : pick(rand, followers);
       await victim.kvs.kill9();
-      return { what: `kill -9 ${victim.id}`, heal: () => victim.kvs.restart() };
+      return { what: `kill -9 ${victim.id}`, hold: holdFor('kill', rand), heal: () => victim.kvs.restart() };
     }
     case 'kill-component': {
       const node = pick(rand, sys.nodes);
@@ -76,6 +76,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
       const role = node === leader ? 'leader' : 'follower';
       return {
         what: `kill -9 ${node.id} (${sys.nodes.length > 1 ? role : 'single'}) ${component}`,
+        hold: holdFor('kill', rand),
         heal: async () => {
           const deadline = Date.now() + 60_000;
           while (Date.now() < deadline) {
@@ -90,7 +91,9 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
     case 'pause': {
       const node = pick(rand, sys.nodes);
       signalGroup(node, 'SIGSTOP');
-      return { what: `SIGSTOP ${node.id}${node === leader ? ' (leader)' : ''}`, heal: async () => signalGroup(node, 'SIGCONT') };
+      // A paused follower is noticed by the leader's ACK timeout; a paused leader only by silence.
+      const hold = holdFor(node === leader && sys.nodes.length > 1 ? 'silent' : 'refused', rand);
+      return { what: `SIGSTOP ${node.id}${node === leader ? ' (leader)' : ''}`, hold, heal: async () => signalGroup(node, 'SIGCONT') };
     }
     case 'partition-peer': {
       const follower = pick(rand, followers);
@@ -99,6 +102,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
       follower.peer!.setFor(leader.id, mode);
       return {
         what: `${follower.id} cut from leader ${leader.id} (${mode})`,
+        hold: holdFor(mode === 'hang' ? 'silent' : 'refused', rand),
         heal: async () => {
           leader.peer!.heal();
           follower.peer!.heal();
@@ -109,12 +113,12 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
       const node = pick(rand, sys.nodes);
       const mode = faultMode(rand);
       node.client.set(mode);
-      return { what: `${node.id} client port ${mode}`, heal: async () => node.client.heal() };
+      return { what: `${node.id} client port ${mode}`, hold: holdFor('outage', rand), heal: async () => node.client.heal() };
     }
     case 'store-outage': {
       const mode = faultMode(rand);
       await sys.storeFault(mode);
-      return { what: `object store ${mode}`, heal: () => sys.storeFault('pass') };
+      return { what: `object store ${mode}`, hold: holdFor('outage', rand), heal: () => sys.storeFault('pass') };
     }
     case 'isolate-leader': {
       const mode = faultMode(rand);
@@ -123,6 +127,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
       await sys.storeFault(mode, leader);
       return {
         what: `leader ${leader.id} cut from followers and store (${mode})`,
+        hold: holdFor(mode === 'hang' ? 'silent' : 'refused', rand),
         heal: async () => {
           for (const n of sys.nodes) n.peer!.heal();
           await sys.storeFault('pass');
@@ -133,13 +138,15 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
 }
 
 /**
- * How long a fault is held, ms. Cuts and pauses last long enough for failure detection to act:
- * a black-holed stream is noticed after 3 s without a message, then the lock must stay unchanged
- * for the TTL. Kills and outages need less to matter.
+ * How long faults are held, ms (a random part is added). A cut or a pause must outlast failure
+ * detection for a takeover to happen during it: against a refusing leader that is the retries
+ * (3 x 300 ms) alongside the TTL (1.5 s); against a silent one (black hole, SIGSTOP) each retry
+ * first waits out 3 s without a message (services/peer/follower.ts), so about 10 s.
  */
-function holdMs(name: NemesisName, sys: ChaosSystem, rand: () => number): number {
-  const cut = name === 'pause' || name === 'isolate-leader' || name === 'partition-peer';
-  return Math.round((cut ? 3000 + 2 * sys.ttlMs : 1500) + rand() * 2000);
+const HOLD = { kill: 1000, outage: 2000, refused: 4000, silent: 10_500 } as const;
+
+function holdFor(kind: keyof typeof HOLD, rand: () => number): number {
+  return Math.round(HOLD[kind] + rand() * 1500);
 }
 
 /**
@@ -162,17 +169,17 @@ export async function runNemeses(opts: {
   while (!opts.shouldStop() && faults.length < (opts.maxFaults ?? Infinity)) {
     if (round.length === 0) round = shuffle([...opts.names], rand);
     const name = round.shift()!;
-    await sleep(500 + rand() * 1500);
-    const hold = holdMs(name, sys, rand);
+    await sleep(300 + rand() * 700);
     const injected = process.hrtime.bigint();
-    const { what, heal } = await inject(name, sys, rand);
+    const { what, hold, heal } = await inject(name, sys, rand);
     opts.log(`fault ${faults.length + 1}: ${name}: ${what}, held ${hold} ms`);
     await sleep(hold);
     await heal();
     const healed = process.hrtime.bigint();
     const recovered = await opts.recovered();
     faults.push({ nemesis: name, what, injected, healed, recovered });
-    opts.log(`  healed; writes acknowledged on every node ${ms(recovered - healed)} ms later`);
+    const leader = sys.nodes.length > 1 ? `; leader ${(await sys.leader(10_000))?.id ?? 'none agreed'}` : '';
+    opts.log(`  healed; writes acknowledged on every node ${ms(recovered - healed)} ms later${leader}`);
   }
   return faults;
 }

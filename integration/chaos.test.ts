@@ -1,6 +1,6 @@
 // Short chaos runs (chaos/, docs/reliability.md): every nemesis once against a three-node
-// cluster on the local store, then a single node on Ceph RGW behind a proxy (object-store
-// outages through the proxy, kills, pauses). About a minute in all. The seed changes every
+// cluster on the local store, then a single node on Ceph RGW behind a proxy (an object-store
+// outage through the proxy, a component killed). About a minute and a half on a quiet machine. The seed changes every
 // hour and is printed, so a failure can be replayed: `npm run chaos -- --seed N ...`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,6 +28,6 @@ test(`chaos: three nodes, local store, every nemesis once (seed ${seed})`, async
 });
 
 test(`chaos: one node on Ceph RGW behind a proxy (seed ${seed})`, async (t) => {
-  const nemeses = ['store-outage', 'kill-leader', 'kill-component', 'pause', 'partition-client'] as const;
+  const nemeses = ['store-outage', 'kill-component'] as const;
   await run(t, { nodes: 1, store: 's3', nemeses: [...nemeses], maxFaults: nemeses.length, durationMs: Infinity });
 });
