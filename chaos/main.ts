@@ -36,7 +36,8 @@ sade('chaos', true)
   .option('--nodes', '1 or 3', 3)
   .option('--store', 'local (a directory, with a failpoint) or s3 (Ceph RGW behind a proxy)', 'local')
   .option('--workers', 'register workers per node', 2)
-  .option('--out', 'directory for a counterexample picture', '.')
+  .option('--out', 'directory for a counterexample picture and, on a failure, the nodes\' logs', '.')
+  .option('--log-level', 'the nodes\' --log-level', 'info')
   .action(async (opts: Record<string, unknown>) => {
     const seed = opts.seed === undefined ? Date.now() % 1_000_000 : Number(opts.seed);
     const nodes = Number(opts.nodes);
@@ -56,6 +57,7 @@ sade('chaos', true)
         store: opts.store,
         workersPerNode: Number(opts.workers),
         outDir: String(opts.out),
+        logLevel: String(opts['log-level']),
         log: (line) => process.stderr.write(`${line}\n`),
       });
       if (!r.ok) process.stderr.write(`${r.details}\n`);

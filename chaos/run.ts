@@ -21,6 +21,8 @@ export interface ChaosOptions {
   readonly store: StoreKind;
   /** Register workers per node (each node also has one append worker). Default 2. */
   readonly workersPerNode?: number;
+  /** The nodes' --log-level (default info); their logs are saved in `outDir` when a run fails. */
+  readonly logLevel?: string;
   /** Where a counterexample's picture is written. */
   readonly outDir: string;
   readonly log?: (line: string) => void;
@@ -57,7 +59,7 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
   const names = applicable(o.nemeses, o.nodes);
   if (names.length === 0) throw new Error(`none of ${o.nemeses.join(', ')} applies to ${o.nodes} node(s)`);
   log(`chaos: seed ${o.seed}, ${o.nodes} node(s), ${o.store} store, nemeses ${names.join(', ')}`);
-  const sys = await startSystem(t, { nodes: o.nodes, store: o.store });
+  const sys = await startSystem(t, { nodes: o.nodes, store: o.store, logLevel: o.logLevel });
   const runId = `s${o.seed}`;
   // Separate streams: the workload draws at a rate that depends on timing, the schedule must not.
   const workload = new Workload(prng(o.seed ^ 0x5bd1e995), runId);

@@ -51,7 +51,7 @@ export interface ChaosSystem {
 
 const TTL_MS = 1500; // FAST_FAILOVER's --leader-liveness-ttl
 
-export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKind }): Promise<ChaosSystem> {
+export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKind; logLevel?: string }): Promise<ChaosSystem> {
   const dir = await tempDir(t, 'kvs-chaos-');
   const cluster = opts.nodes > 1;
   const nodes: ChaosNode[] = [];
@@ -79,11 +79,13 @@ export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKin
     const failpoint = opts.store === 'local' ? path.join(dir, `${id}.objectstore-fault`) : undefined;
     if (failpoint) await writeFile(failpoint, 'pass\n');
     let peer: TcpProxy | undefined;
-    const args = [...storeArgs, '--node-id', id];
+    const args = [...storeArgs, '--node-id', id, ...(opts.logLevel ? ['--log-level', opts.logLevel] : [])];
     if (cluster) {
-      const peerPort = await freePort();
+      // The proxy binds first: a port freePort() just released could otherwise be its own.
+      let peerPort = 0;
       peer = new TcpProxy({ name: `${id}-peer`, target: () => peerPort, sources });
       await peer.start();
+      peerPort = await freePort();
       t.after(() => peer!.close());
       args.push('--peer-listen', `127.0.0.1:${peerPort}`, '--advertise-peer', peer.address, ...FAST_FAILOVER);
     }
