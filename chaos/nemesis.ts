@@ -6,7 +6,7 @@
 //   kill-follower    kill -9 of a follower node (cluster)
 //   kill-component   kill -9 of one component (storage, gateway, archiver, peer) of any node;
 //                    its supervisor restarts it, heal waits for that
-//   pause            SIGSTOP of a node's process group for over twice the liveness TTL, SIGCONT
+//   pause            SIGSTOP of a node's process group, long enough for failure detection; SIGCONT
 //   partition-peer   one follower cut from the leader (both directions of the peer port,
 //                    refused or black-holed) (cluster)
 //   partition-client one node's client port refused or black-holed for the workload

@@ -7,10 +7,10 @@
 //           ones stop forwarding in both directions (what is in flight stays in the kernel's
 //           buffers, as unacknowledged TCP segments would, and flows on after a heal)
 // The mode can be set for all connections or per source, where a source is the node (process
-// group) that opened the connection, found through /proc (owner.ts). That is how one follower is
+// tree) that opened the connection, found through /proc (owner.ts). That is how one follower is
 // cut from the leader while the other is not: every follower dials the same advertised address.
 import net from 'node:net';
-import { owningGroup } from './owner.js';
+import { owningTree } from './owner.js';
 
 export type ProxyMode = 'pass' | 'refuse' | 'hang';
 export const PROXY_MODES: readonly ProxyMode[] = ['pass', 'refuse', 'hang'];
@@ -21,8 +21,8 @@ export interface ProxyOptions {
   /** The port behind the proxy on 127.0.0.1 (read at each connection: a node keeps its port across restarts). */
   readonly target: () => number;
   /**
-   * The nodes that may open connections, as process group id → name; enables per-source modes.
-   * Read at each accept (a restarted node has a new group).
+   * The nodes that may open connections, as supervisor pid → name; enables per-source modes.
+   * Read when a connection is identified (a restarted node has a new pid).
    */
   readonly sources?: () => ReadonlyMap<number, string>;
 }
@@ -109,13 +109,13 @@ export class TcpProxy {
 
   /**
    * Finds the node that opened `c`. Tried at accept and again before a mode change: a node
-   * dials its peers while it starts, before the harness knows its process group.
+   * dials its peers while it starts, before the harness knows its pid.
    */
   private identify(c: Conn): void {
     const sources = this.opts.sources?.();
     if (c.source !== undefined || !sources || sources.size === 0 || c.remotePort === undefined) return;
-    const group = owningGroup(c.remotePort, this.port, [...sources.keys()]);
-    c.source = group !== undefined ? sources.get(group) : undefined;
+    const root = owningTree(c.remotePort, this.port, [...sources.keys()]);
+    c.source = root !== undefined ? sources.get(root) : undefined;
     if (c.source !== undefined) this.identified++;
   }
 

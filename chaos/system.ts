@@ -55,7 +55,7 @@ export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKin
   const dir = await tempDir(t, 'kvs-chaos-');
   const cluster = opts.nodes > 1;
   const nodes: ChaosNode[] = [];
-  // Process group → node id, for the proxies that tell sources apart; read at each accept.
+  // Supervisor pid → node id, for the proxies that tell sources apart.
   const sources = (): ReadonlyMap<number, string> => new Map(nodes.map((n) => [n.kvs.pid, n.id]));
 
   let storeArgs: string[];
