@@ -28,7 +28,7 @@ export function applicable(names: readonly NemesisName[], nodes: number): Nemesi
 /** One fault as it happened. Times are monotonic ns (the workload's clock). */
 export interface FaultRecord {
   readonly nemesis: NemesisName;
-  /** What exactly, e.g. `kill -9 n2 (leader)`, `n3 peer hang from n1`. */
+  /** What exactly, e.g. `kill -9 n2`, `n3 cut from leader n1 (hang)`. */
   readonly what: string;
   readonly injected: bigint;
   readonly healed: bigint;
@@ -93,7 +93,7 @@ async function inject(name: NemesisName, sys: ChaosSystem, rand: () => number): 
       signalGroup(node, 'SIGSTOP');
       // A paused follower is noticed by the leader's ACK timeout; a paused leader only by silence.
       const hold = holdFor(node === leader && sys.nodes.length > 1 ? 'silent' : 'refused', rand);
-      return { what: `SIGSTOP ${node.id}${node === leader ? ' (leader)' : ''}`, hold, heal: async () => signalGroup(node, 'SIGCONT') };
+      return { what: `SIGSTOP ${node.id}${node === leader && sys.nodes.length > 1 ? ' (leader)' : ''}`, hold, heal: async () => signalGroup(node, 'SIGCONT') };
     }
     case 'partition-peer': {
       const follower = pick(rand, followers);

@@ -106,9 +106,20 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
   }
   if (!ok) await saveLogs(o, sys, log);
   const figures = figuresOf(faults, workload.acks);
+  for (const k of appendSet.badKeys) for (const v of k.lost) log(placeLost(k.key + v, workload, faults));
   const summary = summarize(o, sys, workload.stats, linearizability, appendSet, faults.length, figures, counterexampleFile);
   const details = `${formatReport(linearizability)}\n${formatAppendSetReport(appendSet)}`;
   return { ok, stats: workload.stats, linearizability, appendSet, faults, figures, counterexampleFile, summary, details };
+}
+
+/** When a lost append was sent and acknowledged, against the faults, in the nodes' log time (epoch ms). */
+function placeLost(key: string, w: Workload, faults: readonly FaultRecord[]): string {
+  const t = w.appendTimes.get(key);
+  const monoNow = process.hrtime.bigint();
+  const wallNow = Date.now();
+  const wall = (ns: bigint | undefined) => (ns === undefined ? '?' : String(Math.round(wallNow - Number(monoNow - ns) / 1e6)));
+  const around = faults.map((f, i) => `fault ${i + 1} ${wall(f.injected)}..${wall(f.healed)}`).join(', ');
+  return `lost ${key}: sent at ${wall(t?.call)}, acknowledged at ${wall(t?.ret)} (${around})`;
 }
 
 async function saveLogs(o: ChaosOptions, sys: ChaosSystem, log: (line: string) => void): Promise<void> {

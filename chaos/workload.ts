@@ -48,6 +48,8 @@ export class Workload {
   readonly stats: WorkloadStats = { ok: 0, failed: 0, unknown: 0 };
   /** Monotonic times (ns) at which a write was acknowledged, in order; for recovery figures. */
   readonly acks: bigint[] = [];
+  /** Call and acknowledgement times of each append, by set prefix + value (to place a lost one). */
+  readonly appendTimes = new Map<string, { call: bigint; ret?: bigint }>();
   private readonly slots: Slot[] = Array.from({ length: KEYS }, () => ({ gen: 0, ops: 0, unknown: 0 }));
   private readonly keysUsed = new Set<string>();
   private stopping = false;
@@ -157,9 +159,12 @@ export class Workload {
     while (!this.stopping) {
       const set = this.setPrefix(Math.floor(this.rand() * SETS));
       const value = `${name}.${seq++}`;
+      const times: { call: bigint; ret?: bigint } = { call: now() };
+      this.appendTimes.set(set + value, times);
       try {
         await c.put(Buffer.from(set + value), Buffer.from('x'), OP_DEADLINE_MS);
-        this.acks.push(now());
+        times.ret = now();
+        this.acks.push(times.ret);
         this.appends.push({ key: set, value, outcome: 'ok' });
         this.stats.ok++;
       } catch {

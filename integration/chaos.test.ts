@@ -1,6 +1,7 @@
 // Short chaos runs (chaos/, docs/reliability.md): every nemesis once against a three-node
 // cluster on the local store, then a single node on Ceph RGW behind a proxy (an object-store
-// outage through the proxy, a component killed). About a minute and a half on a quiet machine. The seed changes every
+// outage through the proxy, a component killed). 140 s in all on a 2-core VM under load (load
+// average 5-9): the holds are sized to failure detection (chaos/nemesis.ts). The seed changes every
 // hour and is printed, so a failure can be replayed: `npm run chaos -- --seed N ...`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
