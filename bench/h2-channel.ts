@@ -119,7 +119,9 @@ export class H2Channel {
 
   close(): void {
     clearInterval(this.sweeper);
-    this.session?.close();
+    // destroy, not a graceful close: nothing is pending when a client closes, and a session left
+    // closing (its peer gone or stalled) was seen keeping a process spinning at exit (chaos test).
+    this.session?.destroy();
     this.session = undefined;
   }
 }

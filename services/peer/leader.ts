@@ -98,6 +98,7 @@ export class Leadership {
   private lastTickAt = performance.now();
   private ended: ((why: LeaderEnd) => void) | undefined;
   private done = false;
+  private started = false;
   private readonly listeners: [string, (...a: any[]) => void][] = [];
 
   constructor(private readonly o: LeaderOptions) {
@@ -109,6 +110,7 @@ export class Leadership {
   async run(): Promise<LeaderEnd> {
     const { storage, log } = this.o;
     const ended = new Promise<LeaderEnd>((resolve) => (this.ended = resolve));
+    this.started = true;
     this.on('replicate', (r: Replicate) => this.onReplicate(r));
     this.on('uploaded', (through: number) => {
       if (this.pending && through >= this.pending.last) {
@@ -133,6 +135,11 @@ export class Leadership {
     this.timer = setInterval(() => this.tick(), HEARTBEAT_MS);
     this.timer.unref();
     return ended;
+  }
+
+  /** Between run() and end(): storage's batches are this term's to answer. */
+  get active(): boolean {
+    return this.started && !this.done;
   }
 
   private on(event: string, fn: (...a: any[]) => void): void {

@@ -23,7 +23,7 @@ import { memberIdOf } from '../../shared/cluster.js';
 import * as M from '../../shared/metrics.js';
 import { writeMetricsByOp } from '../../shared/metrics.js';
 import { LeaderLock, newEpoch, nowNano, type HeldLock } from './lock.js';
-import { StorageSide, Role } from './storage-side.js';
+import { StorageSide, Role, type Replicate } from './storage-side.js';
 import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
@@ -119,6 +119,11 @@ class PeerNode {
     private readonly log: Logger,
   ) {
     this.storage = new StorageSide(log);
+    // Storage may send a batch after a term ended, before it hears its new role. Unanswered, it
+    // would wait for that batch forever, and so would its role change (found by chaos/).
+    this.storage.on('replicate', (r: Replicate) => {
+      if (!r.seed && !this.leadership?.active) this.storage.replicated(r.last, { code: status.UNAVAILABLE, message: 'etcdserver: leader changed' });
+    });
     this.lock = new LeaderLock(store);
     this.ttlMs = parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
     this.retryMs = parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');

@@ -5,6 +5,7 @@ import { DEFAULT_S3_ENDPOINT, type Config } from '../config.js';
 import { EncryptedStore, PlainGuardStore, loadEncryptionKey } from './encryption.js';
 import { LocalObjectStore } from './local.js';
 import { LoggedStore } from './logged.js';
+import { FAILPOINT_ENV, FailpointStore } from './failpoint.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from './store.js';
 
@@ -37,6 +38,7 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
   } else {
     throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
   }
+  if (process.env[FAILPOINT_ENV]) raw = new FailpointStore(raw, process.env[FAILPOINT_ENV]);
   if (opts.log?.isLevelEnabled('debug')) raw = new LoggedStore(raw, opts.log);
   return opts.encryptionKey ? new EncryptedStore(raw, opts.encryptionKey) : new PlainGuardStore(raw);
 }
