@@ -37,6 +37,13 @@ export interface CheckpointOptions {
   /** Pieces known to be stored, by key (the previous checkpoint's; a branch's: its source's). */
   known: Map<string, SstRef>;
   pieceBytes?: number;
+  /**
+   * Cluster mode: another node (a deposed leader finishing late) may write manifest/latest too,
+   * so it is replaced only if unchanged since read (If-Match). A single node is its prefix's only
+   * writer, and its bucket may be versioned (restore points), where RGW's conditional writes are
+   * not reliable: it writes after the same newer-or-not check, unconditionally.
+   */
+  guardLatest?: boolean;
 }
 
 export interface CheckpointResult {
@@ -143,14 +150,14 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
         if (missing.length) {
           throw new Error(`checkpoint ${store.location}/${key} exists but lacks pieces this copy cannot supply (${missing.join(', ')}); it cannot become latest`);
         }
-        await advanceLatest(store, latest, log);
+        await advanceLatest(store, latest, log, opts.guardLatest === true);
       }
       log.info({ key }, 'a checkpoint at this revision exists already; keeping it');
       return { unchanged, key, latest, manifest: existing, pieces: count, uploaded };
     }
     await ensurePieces(store, file, pieceBytes, refs, reused, (_, i) => i);
     const latest: Latest = { checkpoint: key, revision: meta.revision, term: opts.term, appliedIndex: meta.appliedIndex };
-    await advanceLatest(store, latest, log);
+    await advanceLatest(store, latest, log, opts.guardLatest === true);
     log.info({ key, revision: meta.revision, appliedIndex: meta.appliedIndex, pieces: count, uploaded }, 'checkpoint written');
     return { unchanged: false, key, latest, manifest, pieces: count, uploaded };
   } finally {
@@ -161,10 +168,10 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
 /**
  * Points manifest/latest at `latest` unless it names a newer checkpoint already: one of a later
  * term (a deposed leader's checkpoint finishing late must not move it back, nor below what gc
- * has removed since), or of this term at a higher index. Conditional, so two writers cannot
- * both win on a stale read. The checkpoint itself stays; gc removes it when it is old enough.
+ * has removed since), or of this term at a higher index. Conditional in cluster mode, so two
+ * writers cannot both win on a stale read (CheckpointOptions.guardLatest). The checkpoint itself stays; gc removes it when it is old enough.
  */
-async function advanceLatest(store: ObjectStore, latest: Latest, log: Logger): Promise<void> {
+async function advanceLatest(store: ObjectStore, latest: Latest, log: Logger, conditional: boolean): Promise<void> {
   for (;;) {
     const cur = await store.get(MANIFEST_LATEST);
     if (cur) {
@@ -175,7 +182,8 @@ async function advanceLatest(store: ObjectStore, latest: Latest, log: Logger): P
       }
     }
     try {
-      await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)), cur ? { ifMatch: cur.etag } : { ifNoneMatch: '*' });
+      const cond = !conditional ? undefined : cur ? { ifMatch: cur.etag } : { ifNoneMatch: '*' as const };
+      await store.put(MANIFEST_LATEST, Buffer.from(JSON.stringify(latest)), cond);
       return;
     } catch (err) {
       if (!(err instanceof PreconditionFailedError)) throw err;

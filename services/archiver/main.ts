@@ -76,7 +76,7 @@ export async function runArchiver(cfg: Config): Promise<void> {
 
   // Cluster mode: checkpoints on the leader only, under its term.
   const role = clusterMode(cfg) ? new LeaderRole(socketPath(cfg.dataDir, 'peer')) : undefined;
-  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? Math.max(SINGLE_NODE_TERM, clusterTerm));
+  const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? Math.max(SINGLE_NODE_TERM, clusterTerm), role !== undefined);
   const mayCheckpoint = () => !role || role.leading;
   checkpoints.onWritten = (l) => {
     latest = l;
@@ -183,6 +183,7 @@ class Checkpoints {
     private readonly branch: { sourcePrefix: string; checkpoint: string } | undefined,
     private readonly openPrefix: (prefix: string) => Promise<ObjectStore>,
     private readonly term: () => number,
+    private readonly clusterMode: boolean,
   ) {}
 
   run(): Promise<CheckpointResult> {
@@ -203,6 +204,7 @@ class Checkpoints {
         term: this.term(),
         previous: this.latest,
         known,
+        guardLatest: this.clusterMode,
       });
       if (!r.unchanged) {
         this.count++;
