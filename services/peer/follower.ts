@@ -54,6 +54,8 @@ export interface LeaderContact {
 const FAST_TAKEOVER_WINDOW_MS = 20_000;
 /** No message from the leader for this long breaks the stream (it heartbeats every 500 ms). */
 const SILENCE_MS = 3000;
+/** A follower with nothing new durable still ACKs this often (the leader drops one silent for 3 s). */
+const ALIVE_ACK_MS = 250;
 
 /** How a follower's term ends: the lock says something new (elect again), or we took it. */
 export type FollowEnd = { kind: 'elect' } | { kind: 'won'; held: HeldLock } | { kind: 'stopped' };
@@ -145,9 +147,19 @@ export class Following {
       // No ACK before storage dropped what it staged from an earlier leader (first message):
       // its durable position would count entries this leader never sent.
       let acking = false;
+      // An ACK when more is durable (what the leader waits for); after an apply alone (a commit
+      // message, a heartbeat) only now and then, as a sign of life: an ACK per commit message
+      // would double the messages of every write, on a machine where CPU is the limit.
+      let ackedThrough = -1;
+      let ackedAt = 0;
       const onProgress = (pr: { durableThrough: number; appliedThrough: number }) => {
         if (!acking) return;
-        call.write({ ack: { durableThrough: pr.durableThrough, appliedThrough: pr.appliedThrough } });
+        const now = performance.now();
+        if (pr.durableThrough > ackedThrough || now - ackedAt >= ALIVE_ACK_MS) {
+          ackedThrough = pr.durableThrough;
+          ackedAt = now;
+          call.write({ ack: { durableThrough: pr.durableThrough, appliedThrough: pr.appliedThrough } });
+        }
         if (syncTarget >= 0 && pr.appliedThrough >= syncTarget) {
           syncTarget = -1;
           board.update({ inSync: true, reason: '' });

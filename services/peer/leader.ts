@@ -66,6 +66,8 @@ interface FollowerConn {
 interface Batch extends Chunk {
   revision: number;
   since: number;
+  /** This node's own fsync of it returned (storage sends a batch before its fsync). */
+  durable: boolean;
   uploaded: boolean;
   askedUpload: boolean;
 }
@@ -112,6 +114,13 @@ export class Leadership {
     const ended = new Promise<LeaderEnd>((resolve) => (this.ended = resolve));
     this.started = true;
     this.on('replicate', (r: Replicate) => this.onReplicate(r));
+    this.on('durable', (through: number, error: string) => {
+      const b = this.pending;
+      if (!b || through < b.last) return;
+      if (error) return this.dropPending(b, `kvs: the leader could not write the batch to its WAL: ${error}`);
+      b.durable = true;
+      this.evaluate();
+    });
     this.on('uploaded', (through: number) => {
       if (this.pending && through >= this.pending.last) {
         this.pending.uploaded = true;
@@ -195,7 +204,7 @@ export class Leadership {
     this.remember({ first: r.first, last: r.last, frames: r.frames });
     this.lastIndex = Math.max(this.lastIndex, r.last);
     if (r.seed) return;
-    this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), uploaded: false, askedUpload: false };
+    this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false };
     const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
     for (const f of this.followers.values()) f.call.write(msg);
     this.evaluate();
@@ -237,7 +246,7 @@ export class Leadership {
 
   private evaluate(): void {
     const b = this.pending;
-    if (!b || this.done) return;
+    if (!b || !b.durable || this.done) return;
     this.catchUpTimers();
     if (this.pending !== b || this.done) return;
     for (const f of this.followers.values()) if (f.caughtUp && f.durableThrough < b.last) return;
@@ -257,6 +266,11 @@ export class Leadership {
   /** Waits for a touch (tick); past twice the TTL the batch fails. */
   private failIfStale(b: Batch): void {
     if (performance.now() - b.since <= 2 * this.o.ttlMs) return;
+    this.dropPending(b, 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)');
+  }
+
+  /** The batch in flight fails: never acknowledged, and gone from every log that holds it. */
+  private dropPending(b: Batch, message: string): void {
     this.pending = undefined;
     // Storage drops the batch from its WAL: so does the buffer (the next batch reuses the indices).
     while (this.ring.length && this.ring[this.ring.length - 1].last >= b.first) {
@@ -264,7 +278,7 @@ export class Leadership {
       this.ringEntries -= c.last - c.first + 1;
     }
     this.lastIndex = b.first - 1;
-    this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message: 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)' });
+    this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message });
     // Followers may hold the batch: they are cut off, so that they drop it with this node's WAL.
     for (const f of this.followers.values()) f.call.end();
   }

@@ -30,11 +30,13 @@ interface StorageMessage {
   replicate?: { first: U64; last: U64; frames: Buffer; revision: U64; seed: boolean };
   uploaded?: { through: U64 };
   progress?: { durableThrough: U64; appliedThrough: U64; revision: U64 };
+  durable?: { through: U64; error: string };
 }
 
 /**
  * Events: `attached` (storage (re)connected; its progress is `progress`), `detached`,
- * `replicate` (Replicate), `uploaded` (through), `progress` (Progress).
+ * `replicate` (Replicate), `durable` (through, error: the leader's own fsync of a batch),
+ * `uploaded` (through), `progress` (Progress).
  */
 export class StorageSide extends EventEmitter {
   private call: grpc.ServerDuplexStream<StorageMessage, unknown> | undefined;
@@ -77,6 +79,7 @@ export class StorageSide extends EventEmitter {
         const r = m.replicate;
         this.emit('replicate', { first: n(r.first), last: n(r.last), frames: r.frames, revision: n(r.revision), seed: r.seed } satisfies Replicate);
       } else if (m.uploaded) this.emit('uploaded', n(m.uploaded.through));
+      else if (m.durable) this.emit('durable', n(m.durable.through), m.durable.error);
     });
     const gone = () => {
       if (this.call !== call) return;

@@ -61,7 +61,10 @@ export class PeerAttach {
     private readonly bufferSize = 10_000,
   ) {
     this.client = new AgentClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
-    engine.replicate = (first, last, frames, revision) => this.replicate(first, last, frames, revision);
+    engine.replicate = {
+      send: (first, last, frames, revision) => this.replicate(first, last, frames, revision),
+      durable: (through, err) => void this.stream?.write({ durable: { through, error: err ? err.message : '' } }),
+    };
     this.open();
   }
 
@@ -148,7 +151,7 @@ export class PeerAttach {
     if (chunk.length) send();
   }
 
-  /** Leader: resolves once the batch through `last` may be acknowledged. */
+  /** Leader: resolves once the batch through `last` may be acknowledged (sent before its fsync). */
   private replicate(first: number, last: number, frames: Buffer, revision: number): Promise<void> {
     return new Promise((resolve, reject) => {
       if (!this.stream) return reject(new Error('no peer agent'));

@@ -19,7 +19,7 @@ import { decode, encode, num, bigint, int64, type Long } from '../../shared/prot
 import type { Logger } from '../../shared/log.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import { walEntryDebugLog } from './wal/entry-log.js';
-import type { WalRecord } from './wal/frame.js';
+import { encodeFrames, type WalRecord } from './wal/frame.js';
 import { ABORT } from 'lmdb';
 import type { Span } from '@opentelemetry/api';
 import { Executor, type Identity, type TxnRequest, type CompactionRequest } from './mvcc/execute.js';
@@ -80,8 +80,20 @@ const WAL_ENTRY = 'kvs.storage.WalEntry';
  */
 export type ClusterRole = 'single' | 'none' | 'leader' | 'follower';
 
-/** Leader: resolves once the batch may be acknowledged (followers ACKed, or uploaded and fenced). */
-export type Replicate = (first: number, last: number, frames: Buffer, revision: number) => Promise<void>;
+/** Resolves once the batch is in the object store (single node, --wal-sync-upload). */
+export type Upload = (first: number, last: number, frames: Buffer) => Promise<void>;
+
+/**
+ * Leader (cluster mode): how a batch reaches the followers. `send` hands it over before this
+ * node's own fsync, so that the followers append and fsync while it runs (docs/cluster.md: the
+ * leader's order of work), and resolves once the batch may be acknowledged (followers ACKed, or
+ * uploaded and fenced); `durable` reports the local fsync, with its error if it failed (the
+ * batch is then never acknowledged, and `send` rejects).
+ */
+export interface Replicator {
+  send(first: number, last: number, frames: Buffer, revision: number): Promise<void>;
+  durable(through: number, err?: Error): void;
+}
 
 export interface EngineOptions {
   /** The WAL, when the caller opened it already (openWal) to upload its tail first. */
@@ -90,7 +102,7 @@ export interface EngineOptions {
    * Synchronous upload: resolves once WAL records first..last (`frames`, as written to the
    * WAL) are in the object store. Rejects only when storage is stopping.
    */
-  upload?: (first: number, last: number, frames: Buffer) => Promise<void>;
+  upload?: Upload;
   /** Sealed WAL segments are kept until this index covers them (uploaded and checkpointed). */
   archivedThrough?: () => number;
   /** The clock of lease deadlines (tests move it). */
@@ -133,8 +145,8 @@ export class Engine {
   private readonly walSpans: WalSpans | undefined;
   /** Cluster mode: this node's role, set by the peer agent. */
   role: ClusterRole;
-  /** Leader: how a durable batch reaches the followers before it is applied and answered. */
-  replicate: Replicate | undefined;
+  /** Leader: how a batch reaches the followers before it is applied and answered. */
+  replicate: Replicator | undefined;
   /** Called when the role changes (storage's main starts or stops leader-only work). */
   onRole: (role: ClusterRole) => void = () => {};
   /**
@@ -242,8 +254,8 @@ export class Engine {
       for (const p of batch) this.finish(p, { code: refused.code, message: refused.message });
       return;
     }
-    const upload = this.role === 'leader' ? this.replicate : this.opts.upload;
-    if (upload) this.flight = this.drainUploading(batch, upload);
+    if (this.role === 'leader' && this.replicate) this.flight = this.drainUploading(batch, this.replicate);
+    else if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
     else this.drainLocal(batch);
   };
 
@@ -275,14 +287,20 @@ export class Engine {
     this.compaction.kick();
   }
 
-  /** Sync upload: execute (aborted), append to the WAL, upload, then apply and answer. */
-  private async drainUploading(batch: Pending[], upload: Replicate): Promise<void> {
+  /**
+   * Execute (aborted), append to the WAL, then apply and answer once the batch is in the object
+   * store (`Upload`: single node, --wal-sync-upload; it follows the local fsync, as the store must
+   * never hold a record the local WAL failed to keep) or may be acknowledged by the cluster
+   * (`Replicator`: the followers receive it before the local fsync, and append it meanwhile).
+   */
+  private async drainUploading(batch: Pending[], out: Upload | Replicator): Promise<void> {
     const results: WriteResult[] = new Array(batch.length);
     const records: WalRecord[] = [];
     const entries: WalEntry[] = [];
     let index = this.index;
     let frames: Buffer;
     const appliedRevision = this.executor.revision;
+    const replicator = typeof out === 'function' ? undefined : out;
     // The kvs.wal.append spans (tracing on) cover the local append AND the upload: in this mode
     // a batch is appended to the WAL of record once it is in the object store.
     let spans: Span[] | undefined;
@@ -291,20 +309,33 @@ export class Engine {
         index = this.executeBatch(batch, results, records, entries);
         return ABORT; // nothing visible to readers before it is in the object store
       });
-      if (this.walSpans && records.length) spans = this.walSpans.begin(batch, records.length);
-      frames = this.wal.appendSync(records); // fdatasync
+      frames = encodeFrames(records); // validates sizes before anything is written or sent
     } catch (err) {
-      endWalSpans(spans, err);
       return this.failBatch(batch, err);
     }
     if (records.length === 0) {
       for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
       return;
     }
+    const first = Number(records[0].index);
     this.appliedRevision = appliedRevision;
     this.inFlight = true;
+    const acked = replicator?.send(first, index, frames, this.executor.revision);
     try {
-      await upload(Number(records[0].index), index, frames, this.executor.revision);
+      if (this.walSpans) spans = this.walSpans.begin(batch, records.length);
+      this.wal.appendSync(records, frames); // fdatasync
+    } catch (err) {
+      endWalSpans(spans, err);
+      replicator?.durable(index, err as Error);
+      await acked?.catch(() => undefined); // the peer agent has dropped the batch
+      this.inFlight = false;
+      this.failBatch(batch, err);
+      this.redrain();
+      return;
+    }
+    replicator?.durable(index);
+    try {
+      await (acked ?? (out as Upload)(first, index, frames));
       endWalSpans(spans);
     } catch (err) {
       endWalSpans(spans, err);

@@ -157,9 +157,10 @@ export class Wal {
    * rotates if the active segment is full or old. A batch is never split, so a
    * segment may exceed maxSegmentBytes by up to one batch. On any write/sync
    * error the file is cut back, nothing advances, and the error propagates.
-   * Returns the frames written (the archiver uploads the same bytes).
+   * Returns the frames written (the archiver uploads the same bytes). `encoded`: the batch's
+   * frames when the caller already encoded them (`encodeFrames(records)`), to write as they are.
    */
-  appendSync(records: readonly WalRecord[]): Buffer {
+  appendSync(records: readonly WalRecord[], encoded?: Buffer): Buffer {
     this.#checkUsable();
     const n = records.length;
     if (n === 0) return Buffer.alloc(0);
@@ -177,7 +178,7 @@ export class Wal {
       if (idx !== prev + 1n) throw new Error(`WAL append out of sequence: record ${i} of the batch has index ${idx}, expected ${prev + 1n}`);
       prev = idx;
     }
-    const buf = encodeFrames(records); // validates sizes and u64 range before anything is touched
+    const buf = encoded ?? encodeFrames(records); // validates sizes and u64 range before anything is touched
 
     let act = this.#active;
     if (act && act.lastIndex >= act.writer.firstIndex && this.#isDue(act)) {
