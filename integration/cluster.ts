@@ -31,6 +31,8 @@ export interface ClusterOptions {
   ids?: string[];
   /** Flags for one node, after the common ones (e.g. its own --metrics-addr). */
   nodeArgs?: (id: string) => Promise<string[]>;
+  /** A node's data directory (the caller owns it), instead of a fresh temp dir; undefined: a temp dir. */
+  dataDir?: (id: string) => string | undefined;
 }
 
 export interface TestCluster {
@@ -48,6 +50,7 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
     const peerPort = await freePort();
     const kvs = await startKvs(t, {
       objectStore,
+      dataDir: opts.dataDir?.(id),
       env: opts.store?.env,
       args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args],
     });

@@ -6,6 +6,10 @@
 //
 // The stream breaking means the peer agent restarted: nothing is acknowledged without it, so
 // a leader's batch in flight fails (outcome unknown) and the role is `none` until it is back.
+//
+// A follower below the free-space floor (disk-space.ts) takes no more entries: it detaches
+// (the peer agent then drops the leader's stream, and the leader counts this node as
+// disconnected) and attaches again by itself once the space is back, then catches up.
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
@@ -14,9 +18,11 @@ import { EtcdError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
 import type { Engine } from './engine.js';
+import { FreeSpaceError, mib } from './disk-space.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
-
+/** How often a follower detached for lack of disk space checks whether it is back. */
+const SPACE_POLL_MS = 500;
 
 type U64 = number | { toNumber(): number };
 const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === 'number' ? v : v.toNumber());
@@ -51,6 +57,8 @@ export class PeerAttach {
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
   private retryMs = 50;
+  /** Follower below the free-space floor: detached, polling for space (see detachForSpace). */
+  private spaceWait: NodeJS.Timeout | undefined;
 
   constructor(
     socket: string,
@@ -69,7 +77,7 @@ export class PeerAttach {
   }
 
   private open(): void {
-    if (this.closed) return;
+    if (this.closed || this.spaceWait) return;
     const stream = this.client.Attach() as grpc.ClientDuplexStream<unknown, AgentMessage>;
     this.stream = stream;
     const e = this.engine;
@@ -78,8 +86,9 @@ export class PeerAttach {
       this.retryMs = 50;
       if (m.replicated) return this.onReplicated(m.replicated);
       this.chain = this.chain.then(() => this.handle(stream, m)).catch((err: Error) => {
-        // A follower that cannot append what its leader sent (a gap, a full disk) breaks the
-        // stream: the peer agent reconnects it from the applied position.
+        if (err instanceof FreeSpaceError) return this.detachForSpace(stream, err);
+        // A follower that cannot append what its leader sent (a gap, ENOSPC above the floor)
+        // breaks the stream: the peer agent reconnects it from the applied position.
         this.log.error({ err: err.message }, 'replicated entries not taken; reconnecting to the peer agent');
         stream.cancel();
       });
@@ -93,7 +102,7 @@ export class PeerAttach {
         await this.engine.becomeFollower('none', 0);
         if (wasLeader) this.hooks.onNotLeader();
       });
-      if (this.closed) return;
+      if (this.closed || this.spaceWait) return; // detachForSpace attaches again
       this.log.warn({ err: err?.message }, 'lost the peer agent; writes wait for it');
       setTimeout(() => this.open(), this.retryMs).unref();
       this.retryMs = Math.min(this.retryMs * 2, 1000);
@@ -122,6 +131,7 @@ export class PeerAttach {
       return;
     }
     if (m.entries) {
+      if (this.spaceWait) return; // sent before this node detached for lack of space
       const x = m.entries;
       const records = x.frames?.length ? decodeFrames(x.frames).records : [];
       e.appendReplicated(records, x.committed ? n(x.last) : n(x.commitThrough));
@@ -184,6 +194,32 @@ export class PeerAttach {
     );
   }
 
+  /**
+   * Follower below the free-space floor: one line saying why, then detached until the space is
+   * back. Detached, this node neither ACKs (the leader drops it and uploads every batch before
+   * acknowledging it, as for any disconnected follower) nor follows or elects (the peer agent
+   * waits for its storage); serializable reads keep being served. Staying attached without
+   * ACKing would not do: the leader would drop the silent follower every 3 s and admit it again.
+   */
+  private detachForSpace(stream: grpc.ClientDuplexStream<unknown, AgentMessage>, err: FreeSpaceError): void {
+    if (this.spaceWait || this.closed) return;
+    this.log.error(
+      { dir: err.dir, freeBytes: err.freeBytes, minFreeBytes: err.minFreeBytes },
+      `${mib(err.freeBytes)} free on the filesystem of ${err.dir}, below the floor of ${mib(err.minFreeBytes)} ` +
+        '(the database writes through a memory map): this follower is taking no replicated entries and sends no ACKs ' +
+        '(the leader counts it as disconnected) until space is freed; it then catches up by itself',
+    );
+    this.spaceWait = setInterval(() => {
+      if (this.engine.writesRefused()) return;
+      clearInterval(this.spaceWait);
+      this.spaceWait = undefined;
+      this.log.info({ dir: err.dir }, 'free space is back above the floor: following the leader again');
+      this.open();
+    }, SPACE_POLL_MS);
+    stream.cancel();
+    if (this.stream && this.stream !== stream) this.stream.cancel();
+  }
+
   private failPending(message: string): void {
     const p = this.pending;
     this.pending = undefined;
@@ -192,6 +228,7 @@ export class PeerAttach {
 
   close(): void {
     this.closed = true;
+    clearInterval(this.spaceWait);
     this.failPending('kvs: storage is stopping');
     this.stream?.end();
     this.client.close();

@@ -10,12 +10,26 @@ import { EtcdError } from '../../shared/errors.js';
 
 /** Free bytes that must stay available on the database's filesystem for writes to proceed. */
 export const MIN_FREE_BYTES = 64 * 1024 * 1024;
+/**
+ * A write refused below the floor (RESOURCE_EXHAUSTED for clients). A follower's storage also
+ * throws it for replicated entries (Engine.appendReplicated); cluster.ts tells it by its class.
+ */
+export class FreeSpaceError extends EtcdError {
+  constructor(readonly dir: string, readonly freeBytes: number, readonly minFreeBytes: number) {
+    super(
+      status.RESOURCE_EXHAUSTED,
+      `kvs: storage refuses writes: ${mib(freeBytes)} free on the filesystem of ${dir}, ` +
+        `and at least ${mib(minFreeBytes)} must stay free (the database writes through a memory map); free some space`,
+    );
+  }
+}
+
 /** How long a free-space reading is trusted (a statfs per batch would cost more than it saves). */
 const RECHECK_MS = 100;
 
 export class DiskSpace {
   private checkedAt = -Infinity;
-  private refusal: EtcdError | undefined;
+  private refusal: FreeSpaceError | undefined;
 
   constructor(
     private readonly dir: string,
@@ -25,16 +39,12 @@ export class DiskSpace {
   ) {}
 
   /** The error to fail writes with while the filesystem is below the floor, else undefined. */
-  check(): EtcdError | undefined {
+  check(): FreeSpaceError | undefined {
     const t = this.now();
     if (t - this.checkedAt < RECHECK_MS) return this.refusal;
     this.checkedAt = t;
     const free = this.freeBytes(this.dir);
-    this.refusal = free >= this.minFree ? undefined : new EtcdError(
-      status.RESOURCE_EXHAUSTED,
-      `kvs: storage refuses writes: ${mib(free)} free on the filesystem of ${this.dir}, ` +
-        `and at least ${mib(this.minFree)} must stay free (the database writes through a memory map); free some space`,
-    );
+    this.refusal = free >= this.minFree ? undefined : new FreeSpaceError(this.dir, free, this.minFree);
     return this.refusal;
   }
 }
@@ -44,4 +54,4 @@ function statfsFree(dir: string): number {
   return s.bavail * s.bsize;
 }
 
-const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
+export const mib = (n: number): string => `${(n / 1024 / 1024).toFixed(1)} MiB`;

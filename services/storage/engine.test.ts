@@ -9,7 +9,7 @@ import { liveVersion } from '../../shared/mvcc/keyindex.js';
 import { createLogger } from '../../shared/log.js';
 import { encode, decode, num } from '../../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from './engine.js';
-import { DiskSpace } from './disk-space.js';
+import { DiskSpace, FreeSpaceError } from './disk-space.js';
 import { dump } from './mvcc/dump.js';
 
 const log = createLogger('test', 'silent');
@@ -197,4 +197,41 @@ test('writes are refused while the disk is below the free-space floor, and go th
   assert.equal(ok.code, 0, ok.message);
   assert.equal(num(decode<any>('etcdserverpb.PutResponse', ok.body!).header.revision), 2);
   assert.equal(engine.wal.lastIndex, 1n);
+});
+
+test('a follower below the free-space floor takes no replicated entries (nothing appended, nothing applied), and takes them once space is back', async (t) => {
+  // The leader's entries: a single node's WAL records.
+  const leaderDir = tempDir(t);
+  const leader = Engine.open(openMvcc(leaderDir, { readOnly: false, writemap: true }), leaderDir, log);
+  for (const [k, v] of [['a', '1'], ['b', '2'], ['c', '3']]) assert.equal((await put(leader, k, v)).code, 0);
+  const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
+  await leader.close();
+  assert.equal(records.length, 3);
+
+  const dir = tempDir(t);
+  let free = 10 * 1024 * 1024;
+  let clock = 0;
+  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
+  const follower = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space, cluster: { memberId: '2', clusterId: '1' } });
+  t.after(() => follower.close());
+  await follower.becomeFollower('follower', 1);
+  assert.throws(() => follower.appendReplicated(records.slice(0, 2), 1), (err: unknown) => {
+    assert.ok(err instanceof FreeSpaceError);
+    assert.equal(err.code, 8); // RESOURCE_EXHAUSTED
+    assert.deepEqual([err.dir, err.freeBytes, err.minFreeBytes], [dir, free, 64 * 1024 * 1024]);
+    assert.match(err.message, /10\.0 MiB free on the filesystem of .* at least 64\.0 MiB must stay free/);
+    return true;
+  });
+  // A commit position alone (a heartbeat) applies nothing either: LMDB is not written below the floor.
+  assert.throws(() => follower.appendReplicated([], 1), FreeSpaceError);
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [0, 0, 1], 'nothing appended or applied');
+  assert.equal(liveVersion(follower.db, Buffer.from('a')), undefined);
+
+  free = 1024 * 1024 * 1024;
+  clock += 1000;
+  follower.appendReplicated(records.slice(0, 2), 1);
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
+  follower.appendReplicated(records.slice(2), 3);
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [3, 3, 4]);
+  assert.equal(decodeKeyValue(liveVersion(follower.db, Buffer.from('c'))!).value.toString(), '3');
 });

@@ -438,9 +438,14 @@ export class Engine {
   /**
    * Follower: appends entries the leader sent (one write, one fdatasync), then applies what is
    * committed. Entries already held are skipped; a gap throws (the peer agent resyncs).
+   * Below the free-space floor it throws FreeSpaceError before touching the WAL or LMDB (an
+   * apply through the memory map on a full disk would SIGBUS the process): nothing is taken,
+   * so nothing is ACKed (services/storage/cluster.ts).
    */
   appendReplicated(records: WalRecord[], commitThrough: number): void {
     if (this.role === 'leader' || this.role === 'single') throw new Error(`replicated entries refused: this node is ${this.role}`);
+    const refused = this.space.check();
+    if (refused) throw refused;
     let fresh = records;
     const last = this.wal.lastIndex;
     if (records.length && records[0].index <= last) {
