@@ -124,6 +124,16 @@ class PeerNode {
     this.storage.on('replicate', (r: Replicate) => {
       if (!r.seed && !this.leadership?.active) this.storage.replicated(r.last, { code: status.UNAVAILABLE, message: 'etcdserver: leader changed' });
     });
+    // A batch that wrote nothing (read-only Txns) is answered once the lock is surely ours.
+    this.storage.on('confirm', (id: number) => {
+      try {
+        if (!this.leadership?.active) throw Errors.noLeader;
+        this.leadership.readIndex();
+        this.storage.confirmed(id);
+      } catch (err) {
+        this.storage.confirmed(id, { code: (err as EtcdError).code ?? status.UNAVAILABLE, message: (err as Error).message });
+      }
+    });
     this.lock = new LeaderLock(store);
     this.ttlMs = parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
     this.retryMs = parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');

@@ -31,11 +31,13 @@ interface StorageMessage {
   uploaded?: { through: U64 };
   progress?: { durableThrough: U64; appliedThrough: U64; revision: U64 };
   durable?: { through: U64; error: string };
+  confirm?: { id: U64 };
 }
 
 /**
  * Events: `attached` (storage (re)connected; its progress is `progress`), `detached`,
  * `replicate` (Replicate), `durable` (through, error: the leader's own fsync of a batch),
+ * `confirm` (id: is this node still the leader?),
  * `uploaded` (through), `progress` (Progress).
  */
 export class StorageSide extends EventEmitter {
@@ -80,6 +82,7 @@ export class StorageSide extends EventEmitter {
         this.emit('replicate', { first: n(r.first), last: n(r.last), frames: r.frames, revision: n(r.revision), seed: r.seed } satisfies Replicate);
       } else if (m.uploaded) this.emit('uploaded', n(m.uploaded.through));
       else if (m.durable) this.emit('durable', n(m.durable.through), m.durable.error);
+      else if (m.confirm) this.emit('confirm', n(m.confirm.id));
     });
     const gone = () => {
       if (this.call !== call) return;
@@ -148,6 +151,11 @@ export class StorageSide extends EventEmitter {
     const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
     if (!this.entries(first, last, frames, last, true)) return Promise.reject(new Error('storage is not attached'));
     return p;
+  }
+
+  /** Leader: the answer to a Confirm (no error: still leading). */
+  confirmed(id: number, err?: { code: number; message: string }): void {
+    this.send({ confirmed: { id, code: err?.code ?? 0, message: err?.message ?? '' } });
   }
 
   /** Leader: the answer to a Replicate. */

@@ -14,7 +14,7 @@ import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
 import { Role } from '../../shared/cluster.js';
-import { EtcdError } from '../../shared/errors.js';
+import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
 import type { Engine } from './engine.js';
@@ -30,6 +30,7 @@ const n = (v: U64 | undefined | null): number => (v == null ? 0 : typeof v === '
 interface AgentMessage {
   role?: { role: number; term: U64; degraded: boolean; termStart: U64; dropStaged: boolean };
   replicated?: { through: U64; uploadFirst: boolean; code: number; message: string };
+  confirmed?: { id: U64; code: number; message: string };
   entries?: { first: U64; last: U64; frames: Buffer; commitThrough: U64; committed: boolean };
 }
 
@@ -53,6 +54,9 @@ export class PeerAttach {
   private readonly client: grpc.Client & Record<string, any>;
   private stream: grpc.ClientDuplexStream<unknown, AgentMessage> | undefined;
   private pending: Pending | undefined;
+  /** Leader: the Confirm in flight (a batch that wrote nothing waits for it). */
+  private confirming: { id: number; resolve(): void; reject(err: Error): void } | undefined;
+  private confirmId = 0;
   /** Messages are handled one at a time: a role change waits for the batch in flight. */
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
@@ -72,6 +76,7 @@ export class PeerAttach {
     engine.replicate = {
       send: (first, last, frames, revision) => this.replicate(first, last, frames, revision),
       durable: (through, err) => void this.stream?.write({ durable: { through, error: err ? err.message : '' } }),
+      confirm: () => this.confirm(),
     };
     this.open();
   }
@@ -85,6 +90,7 @@ export class PeerAttach {
     stream.on('data', (m: AgentMessage) => {
       this.retryMs = 50;
       if (m.replicated) return this.onReplicated(m.replicated);
+      if (m.confirmed) return this.onConfirmed(m.confirmed);
       this.chain = this.chain.then(() => this.handle(stream, m)).catch((err: Error) => {
         if (err instanceof FreeSpaceError) return this.detachForSpace(stream, err);
         // A follower that cannot append what its leader sent (a gap, ENOSPC above the floor)
@@ -220,10 +226,31 @@ export class PeerAttach {
     if (this.stream && this.stream !== stream) this.stream.cancel();
   }
 
+  /** Leader: resolves once the peer agent confirmed this node still leads. */
+  private confirm(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (!this.stream) return reject(Errors.noLeader);
+      const id = ++this.confirmId;
+      this.confirming = { id, resolve, reject };
+      this.stream.write({ confirm: { id } });
+    });
+  }
+
+  private onConfirmed(c: NonNullable<AgentMessage['confirmed']>): void {
+    const p = this.confirming;
+    if (!p || n(c.id) !== p.id) return;
+    this.confirming = undefined;
+    if (c.code) p.reject(new EtcdError(c.code, c.message));
+    else p.resolve();
+  }
+
   private failPending(message: string): void {
     const p = this.pending;
     this.pending = undefined;
     p?.reject(new Error(message));
+    const c = this.confirming;
+    this.confirming = undefined;
+    c?.reject(Errors.noLeader);
   }
 
   close(): void {

@@ -93,6 +93,8 @@ export type Upload = (first: number, last: number, frames: Buffer) => Promise<vo
 export interface Replicator {
   send(first: number, last: number, frames: Buffer, revision: number): Promise<void>;
   durable(through: number, err?: Error): void;
+  /** Resolves once the node has proved it still leads (a batch that wrote nothing is a read). */
+  confirm(): Promise<void>;
 }
 
 export interface EngineOptions {
@@ -314,6 +316,24 @@ export class Engine {
       return this.failBatch(batch, err);
     }
     if (records.length === 0) {
+      if (replicator) {
+        // Only reads (Txns whose outcome wrote nothing): a deposed leader that does not know it
+        // yet would answer from a stale state, so they wait for proof of leadership, as a
+        // linearizable Range does (etcd serves read-only Txns through ReadIndex).
+        this.appliedRevision = appliedRevision;
+        this.inFlight = true;
+        try {
+          await replicator.confirm();
+        } catch (err) {
+          this.inFlight = false;
+          const e = err as EtcdError;
+          for (const p of batch) this.finish(p, { code: e.code ?? status.UNAVAILABLE, message: e.message });
+          this.redrain();
+          return;
+        }
+        this.inFlight = false;
+        this.redrain();
+      }
       for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
       return;
     }
