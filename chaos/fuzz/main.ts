@@ -3,7 +3,7 @@
 // (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
 import sade from 'sade';
 import { fuzz, summaryLine } from './run.js';
-import { standaloneCtx, startTarget, type TargetKind } from './targets.js';
+import { CLOSE_DEADLINE_MS, standaloneCtx, startTarget, type TargetKind } from './targets.js';
 
 interface Flags {
   seed?: number;
@@ -46,6 +46,7 @@ sade('fuzz', true)
         durationMs: f.cases === undefined && !only ? Number(f.duration) * 1000 : undefined,
         maxCases: f.cases,
         concurrency: Number(f.concurrency),
+        answerMs: CLOSE_DEADLINE_MS[kind],
         log,
       });
       process.stdout.write(`${summaryLine(summary)}\n`);

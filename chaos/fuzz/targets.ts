@@ -10,6 +10,14 @@ import type { Rand } from './random.js';
 
 export type TargetKind = 'client' | 'peer';
 
+/**
+ * How long a server has to answer or close a connection once the client is done. A connection
+ * node:http2 stopped reading after its own error GOAWAY is closed only when a PING goes
+ * unanswered: on the peer port by its keepalive (2 s + 3 s, services/peer/transport.ts), on the
+ * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts).
+ */
+export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000 };
+
 export interface FuzzTarget {
   kind: TargetKind;
   /** Where cases are sent. */

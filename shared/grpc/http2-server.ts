@@ -368,6 +368,33 @@ class MessageReader {
   }
 }
 
+/**
+ * After some protocol errors node's http2 sends GOAWAY with the error code, then neither reads
+ * nor closes the connection, and tells JS nothing (RFC 9113 5.4.1 says it MUST close it): one
+ * descriptor held per hostile connection (found by chaos/fuzz). A session quiet this long is
+ * sent a PING; one that does not answer within PROBE_TIMEOUT_MS is destroyed. Clients answer
+ * PINGs in their HTTP/2 layer, so a live idle client costs one PING round every IDLE_PROBE_MS.
+ * (Node re-arms a session's idle timer once while its last writes are still draining, so such a
+ * connection is closed 8-12 s after it went quiet.)
+ */
+const IDLE_PROBE_MS = 4000;
+const PROBE_TIMEOUT_MS = 4000;
+
+function probe(session: http2.ServerHttp2Session): void {
+  if (session.destroyed || session.closed) return;
+  const timer = setTimeout(() => session.destroy(), PROBE_TIMEOUT_MS);
+  timer.unref();
+  try {
+    const sent = session.ping((err) => {
+      clearTimeout(timer);
+      if (err && !session.destroyed) session.destroy();
+    });
+    if (!sent) clearTimeout(timer); // PINGs already out: their answers decide
+  } catch {
+    clearTimeout(timer);
+  }
+}
+
 export class GrpcServer {
   private readonly routes = new Map<string, Route>();
   private readonly services = new Set<string>();
@@ -398,6 +425,7 @@ export class GrpcServer {
       // A client that breaks the connection is that client's problem; the server goes on.
       session.on('error', () => {});
       session.on('goaway', onClientGoaway);
+      session.setTimeout(IDLE_PROBE_MS, () => probe(session));
     });
     // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
     this.h2.on('unknownProtocol', (socket: tls.TLSSocket) => {
