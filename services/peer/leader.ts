@@ -72,7 +72,12 @@ interface Batch extends Chunk {
   askedUpload: boolean;
 }
 
-export type LeaderEnd = 'deposed' | 'stopped' | 'storage-lost';
+/**
+ * `store-unreachable`: a batch asked to go to the object store first did not get there within
+ * twice the TTL; the term ends so that the next one (this node's or another's) starts after what
+ * the store holds, and a late upload of that batch is not history (wal-history.ts).
+ */
+export type LeaderEnd = 'deposed' | 'stopped' | 'storage-lost' | 'store-unreachable';
 
 export class Leadership {
   readonly term: number;
@@ -257,6 +262,12 @@ export class Leadership {
         this.o.storage.replicated(b.last, { uploadFirst: true });
       }
       if (!b.askedUpload) this.failIfStale(b);
+      else if (performance.now() - b.since > 2 * this.o.ttlMs) {
+        // Its upload may still land, so its indices must not be reused in this term: it fails,
+        // and the term ends (a new term starts after what the store holds).
+        this.dropPending(b, 'etcdserver: no leader (the leader cannot reach the object store)');
+        this.end('store-unreachable');
+      }
       return;
     }
     if (!this.fresh()) this.failIfStale(b);

@@ -242,7 +242,7 @@ class PeerNode {
     signal.removeEventListener('abort', onAbort);
     this.leadership = undefined;
     this.board.update({ role: Role.UNKNOWN, leader: undefined, inSync: false, reason: 'no leader: electing', degraded: false });
-    if (why === 'deposed') {
+    if (why === 'deposed' || why === 'store-unreachable') {
       try {
         await this.storage.setRole(Role.UNKNOWN, held.record.term);
       } catch {}
