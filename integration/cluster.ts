@@ -6,6 +6,7 @@ import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
 import { TEST_CALL_OPTIONS, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
+import { TcpProxy } from '../chaos/proxy.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
 export const FAST_FAILOVER = ['--follower-retry-interval', '300ms', '--follower-max-retries', '3', '--leader-liveness-ttl', '1500ms'];
@@ -19,6 +20,8 @@ export interface ClusterNode {
   readonly endpoint: string;
   /** A client of this node alone. */
   readonly client: Etcd3;
+  /** With `peerProxies`: the proxy the node advertises as its peer address (chaos/proxy.ts). */
+  readonly peerProxy?: TcpProxy;
 }
 
 export interface ClusterOptions {
@@ -33,6 +36,13 @@ export interface ClusterOptions {
   nodeArgs?: (id: string) => Promise<string[]>;
   /** A node's data directory (the caller owns it), instead of a fresh temp dir; undefined: a temp dir. */
   dataDir?: (id: string) => string | undefined;
+  /** Environment for one node (e.g. a fake clock or an object-store failpoint for it alone). */
+  nodeEnv?: (id: string) => Record<string, string>;
+  /**
+   * Put a TCP proxy in front of every node's peer port and have the node advertise it, so a
+   * test can cut a leader off from its followers (all of them, or one: `setFor(nodeId, ...)`).
+   */
+  peerProxies?: boolean;
 }
 
 export interface TestCluster {
@@ -46,20 +56,34 @@ export interface TestCluster {
 /** Starts `count` nodes one after another (the first becomes leader). */
 export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
   const objectStore = opts.store ? undefined : (opts.objectStore ?? (await localObjectStore(t, 'cluster/')));
+  const nodes: ClusterNode[] = [];
+  // Supervisor pid -> node id: how a proxy tells which node dialed (chaos/owner.ts).
+  const sources = (): ReadonlyMap<number, string> => new Map(nodes.map((n) => [n.kvs.pid, n.id]));
   const add = async (id: string, args: string[] = []): Promise<ClusterNode> => {
-    const peerPort = await freePort();
+    let peerProxy: TcpProxy | undefined;
+    let peerPort = 0;
+    if (opts.peerProxies) {
+      // The proxy binds first: a port freePort() just released could otherwise be its own.
+      peerProxy = new TcpProxy({ name: `${id}-peer`, target: () => peerPort, sources });
+      await peerProxy.start();
+      onCleanup(t, () => peerProxy!.close());
+    }
+    peerPort = await freePort();
     const kvs = await startKvs(t, {
       objectStore,
       dataDir: opts.dataDir?.(id),
-      env: opts.store?.env,
-      args: [...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`, ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args],
+      env: { ...opts.store?.env, ...opts.nodeEnv?.(id) },
+      args: [
+        ...(opts.store?.args ?? []), '--node-id', id, '--peer-listen', `127.0.0.1:${peerPort}`,
+        ...(peerProxy ? ['--advertise-peer', peerProxy.address] : []),
+        ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args,
+      ],
     });
     const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS });
     onCleanup(t, () => client.close());
-    return { id, peerPort, kvs, endpoint: kvs.endpoint, client };
+    return { id, peerPort, kvs, endpoint: kvs.endpoint, client, peerProxy };
   };
   const ids = opts.ids ?? Array.from({ length: count }, (_, i) => `n${i + 1}`);
-  const nodes: ClusterNode[] = [];
   for (const id of ids) nodes.push(await add(id));
   const cluster = { nodes, objectStore, add };
   await waitForLeader(nodes);
