@@ -73,7 +73,7 @@ interface LeaderMessage {
 }
 
 export class Following {
-  private observed: { etag: string; since: number; fast: boolean } | undefined;
+  private observed: { etag: string; since: number; fast: boolean; skewLogged?: boolean } | undefined;
 
   constructor(private readonly o: FollowerOptions) {}
 
@@ -238,8 +238,16 @@ export class Following {
     }
     if (!mayTakeOver) return undefined;
     const need = this.observed.fast ? this.o.ttlMs : this.o.watchIntervalMs + this.o.ttlMs;
+    // The spec's LastSeenNano rule, but never a comparison of clocks that disagree: a stamp in
+    // this node's future says its wall clock is behind the leader's, and waiting for the stamp
+    // to age would wait out the skew (an hour behind: no takeover for an hour). The lock stood
+    // still for `need` on this node's monotonic clock; that decides.
     const lastSeenAgeMs = Number(BigInt(nowNano()) - BigInt(cur.record.lastSeenNano)) / 1e6;
-    if (now - this.observed.since < need || lastSeenAgeMs < this.o.ttlMs) return undefined;
+    if (now - this.observed.since < need) return undefined;
+    if (lastSeenAgeMs < 0) {
+      if (!this.observed.skewLogged) log.warn({ leader: cur.record.nodeId, aheadMs: Math.round(-lastSeenAgeMs) }, 'the leader lock\'s LastSeenNano is in this node\'s future: the wall clocks disagree; going by this node\'s own observation of the lock');
+      this.observed.skewLogged = true;
+    } else if (lastSeenAgeMs < this.o.ttlMs) return undefined;
     const won = await lock.replace({ ...self, term: cur.record.term + 1, lastSeenNano: nowNano(), epoch: newEpoch() }, cur.etag);
     M.electionsTotal.inc({ outcome: won ? 'won' : 'lost' });
     if (!won) return { kind: 'elect' };
