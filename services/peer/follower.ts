@@ -54,6 +54,9 @@ export interface LeaderContact {
 const FAST_TAKEOVER_WINDOW_MS = 20_000;
 /** No message from the leader for this long breaks the stream (it heartbeats every 500 ms). */
 const SILENCE_MS = 3000;
+/** Attempts to reach a leader that has not served this node yet, before the spec's retries. */
+const QUICK_RETRIES = 10;
+const QUICK_RETRY_MS = 200;
 /** A follower with nothing new durable still ACKs this often (the leader drops one silent for 3 s). */
 const ALIVE_ACK_MS = 250;
 
@@ -86,6 +89,8 @@ export class Following {
     const { log, signal } = this.o;
     const client = peerClient(this.o.held.record.peerUrl, this.o.creds, this.o.held.record.epoch ?? '');
     let failures = 0;
+    let served = false;
+    let quick = 0;
     try {
       while (!signal.aborted) {
         const outcome = await this.followOnce(client);
@@ -95,6 +100,18 @@ export class Following {
           continue;
         }
         if (outcome === 'stopped') return { kind: 'stopped' };
+        if (outcome === 'served') served = true;
+        // A leader that has just taken over serves a moment after it wrote the lock (it catches
+        // up from the store and records its term first): until it has served this node once,
+        // the first attempts come quickly and are not the spec's retries. (A follower that lost
+        // the takeover race otherwise waited a whole retry interval, 2 s, before following.)
+        if (!served && quick < QUICK_RETRIES) {
+          quick++;
+          const end = await this.checkLock(false);
+          if (end) return end;
+          await sleep(Math.min(QUICK_RETRY_MS, this.o.retryMs), signal);
+          continue;
+        }
         failures = outcome === 'served' ? 1 : failures + 1;
         // The lock is watched from the first failure, so that the TTL of observation runs
         // alongside the retries; taking it needs both.
