@@ -54,6 +54,8 @@ export interface LeaderContact {
 const FAST_TAKEOVER_WINDOW_MS = 20_000;
 /** No message from the leader for this long breaks the stream (it heartbeats every 500 ms). */
 const SILENCE_MS = 3000;
+/** How often the lock is read between attempts to reach an unreachable leader. */
+const LOCK_POLL_MS = 250;
 /** Attempts to reach a leader that has not served this node yet, before the spec's retries. */
 const QUICK_RETRIES = 10;
 const QUICK_RETRY_MS = 200;
@@ -117,7 +119,14 @@ export class Following {
         // alongside the retries; taking it needs both.
         const end = await this.checkLock(failures >= this.o.maxRetries);
         if (end) return end;
-        await sleep(this.o.retryMs, signal);
+        // Until the next attempt the lock is read every LOCK_POLL_MS: a follower that lost the
+        // takeover race learns of the new leader at once, not up to a retry interval later.
+        const next = performance.now() + this.o.retryMs;
+        for (let left = this.o.retryMs; left > 0 && !signal.aborted; left = next - performance.now()) {
+          await sleep(Math.min(LOCK_POLL_MS, left), signal);
+          const moved = await this.checkLock(false);
+          if (moved) return moved;
+        }
       }
       return { kind: 'stopped' };
     } catch (err) {
