@@ -10,7 +10,7 @@
 // leader.js patched, source untouched), the cut-off leader kept answering linearizable reads
 // from its own state after the new leader had taken over, and the test failed at "answered a
 // linearizable read ... after the cut".
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -31,7 +31,8 @@ interface Outcome {
   value?: string;
 }
 
-test('a leader cut off from its followers and the object store stops acknowledging writes and answering linearizable reads within the TTL of its last lock touch; a follower takes over with every write it acknowledged', async (t) => {
+/** Three nodes behind peer proxies; n1 leads, with its own object-store failpoint (`pass`). */
+async function leaderWithFailpoint(t: TestContext) {
   const failpoint = path.join(await tempDir(t, 'kvs-fencing-'), 'n1.objectstore-fault');
   await writeFile(failpoint, 'pass\n');
   const cluster = await startCluster(t, 3, {
@@ -42,6 +43,11 @@ test('a leader cut off from its followers and the object store stops acknowledgi
   const [n1] = cluster.nodes;
   const watch = await LockWatch.start(t, cluster.objectStore!);
   assert.equal(watch.current.nodeId, 'n1', 'n1 started first and leads');
+  return { cluster, n1, watch, failpoint };
+}
+
+test('a leader cut off from its followers and the object store stops acknowledging writes and answering linearizable reads within the TTL of its last lock touch; a follower takes over with every write it acknowledged', async (t) => {
+  const { cluster, n1, watch, failpoint } = await leaderWithFailpoint(t);
 
   // One follower disconnected: the leader is degraded and touches its lock every 2 s.
   n1.peerProxy!.setFor('n3', 'refuse');
@@ -161,16 +167,7 @@ test('a leader cut off from its followers and the object store stops acknowledgi
 // without it: with the Confirm skipped (engine.ts drainUploading answering a batch that wrote
 // nothing at once), the cut-off leader answered read-only Txns after the takeover.
 test('a leader cut off from its followers and the object store answers read-only Txns only while its lock is surely its own', async (t) => {
-  const failpoint = path.join(await tempDir(t, 'kvs-fencing-'), 'n1.objectstore-fault');
-  await writeFile(failpoint, 'pass\n');
-  const cluster = await startCluster(t, 3, {
-    peerProxies: true,
-    args: ['--leader-liveness-ttl', `${TTL_MS}ms`],
-    nodeEnv: (id): Record<string, string> => (id === 'n1' ? { [FAILPOINT_ENV]: failpoint } : {}),
-  });
-  const [n1] = cluster.nodes;
-  const watch = await LockWatch.start(t, cluster.objectStore!);
-  assert.equal(watch.current.nodeId, 'n1', 'n1 started first and leads');
+  const { cluster, n1, watch, failpoint } = await leaderWithFailpoint(t);
   await n1.client.put('txn/k').value('old').exec();
   n1.peerProxy!.setFor('n3', 'refuse');
   await watch.next((v) => v.nodeId === 'n1', 10_000, watch.versions.length + 2);
