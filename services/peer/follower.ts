@@ -56,6 +56,8 @@ const FAST_TAKEOVER_WINDOW_MS = 20_000;
 const SILENCE_MS = 3000;
 /** How often the lock is read between attempts to reach an unreachable leader. */
 const LOCK_POLL_MS = 250;
+/** At most one "cannot read the leader lock" line this often. */
+const LOCK_ERROR_LOG_MS = 5000;
 /** Attempts to reach a leader that has not served this node yet, before the spec's retries. */
 const QUICK_RETRIES = 10;
 const QUICK_RETRY_MS = 200;
@@ -79,6 +81,7 @@ interface LeaderMessage {
 
 export class Following {
   private observed: { etag: string; since: number; fast: boolean; skewLogged?: boolean } | undefined;
+  private lockErrorLoggedAt = -Infinity;
 
   constructor(private readonly o: FollowerOptions) {}
 
@@ -251,7 +254,12 @@ export class Following {
   private async checkLock(mayTakeOver: boolean): Promise<FollowEnd | undefined> {
     const { lock, held, log, self } = this.o;
     const cur = await lock.read().catch((err: Error) => {
-      log.warn({ err: err.message }, 'cannot read the leader lock');
+      // Read every LOCK_POLL_MS while the leader is unreachable: one line per outage interval.
+      const now = performance.now();
+      if (now - this.lockErrorLoggedAt >= LOCK_ERROR_LOG_MS) {
+        this.lockErrorLoggedAt = now;
+        log.warn({ err: err.message }, 'cannot read the leader lock');
+      }
       return null;
     });
     if (cur === null) return undefined;
