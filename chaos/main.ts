@@ -1,4 +1,4 @@
-// `npm run chaos -- --duration 600 --seed N [--nemesis NAME[,NAME]|all] [--nodes 1|3] [--store local|s3]`:
+// `npm run chaos -- --duration 600|--ops 100000 --seed N [--nemesis NAME[,NAME]|all] [--nodes 1|3] [--store local|s3]`:
 // one chaos run (run.ts), one summary line on stdout, progress on stderr. Exit status: 0 when
 // the history is linearizable and no acknowledged write was lost, 1 on an anomaly or a loss,
 // 3 when the checker could not decide (its budget ran out), 2 on a usage or harness error.
@@ -31,6 +31,7 @@ function nemesesOf(arg: string): NemesisName[] {
 sade('chaos', true)
   .describe('Fault injection against real kvs nodes, with a linearizability and lost-write check (docs/reliability.md)')
   .option('--duration', 'seconds of faults', 600)
+  .option('--ops', 'inject faults until the workload has made this many operations (instead of --duration)')
   .option('--seed', 'schedule seed (default: from the clock, printed)')
   .option('--nemesis', `${NEMESES.join(', ')}; several comma-separated, or all`, 'all')
   .option('--nodes', '1 or 3', 3)
@@ -44,6 +45,9 @@ sade('chaos', true)
     const nodes = Number(opts.nodes);
     if (!Number.isInteger(seed)) usage('--seed must be an integer');
     if (nodes !== 1 && nodes !== 3) usage('--nodes must be 1 or 3');
+    const minOps = opts.ops === undefined ? undefined : Number(opts.ops);
+    if (minOps !== undefined && !(Number.isInteger(minOps) && minOps > 0)) usage('--ops must be a positive integer');
+    if (minOps !== undefined && opts.once) usage('--ops and --once exclude each other');
     if (opts.store !== 'local' && opts.store !== 's3') usage('--store must be local or s3');
     const scope = new Scope();
     const stop = () => void scope.close().finally(() => process.exit(130));
@@ -53,6 +57,7 @@ sade('chaos', true)
       const r = await runChaos(scope, {
         seed,
         durationMs: opts.once ? Infinity : Number(opts.duration) * 1000,
+        ...(minOps !== undefined ? { minOps } : {}),
         ...(opts.once ? { maxFaults: applicable(nemesesOf(String(opts.nemesis)), nodes).length } : {}),
         nemeses: nemesesOf(String(opts.nemesis)),
         nodes,

@@ -14,6 +14,8 @@ export interface ChaosOptions {
   readonly seed: number;
   /** Faults are injected until this much time has passed (the fault under way is finished). */
   readonly durationMs: number;
+  /** Faults are injected until the workload has recorded this many operations (instead of durationMs). */
+  readonly minOps?: number;
   /** At most this many faults (the tests: one of each nemesis). */
   readonly maxFaults?: number;
   readonly nemeses: readonly NemesisName[];
@@ -75,7 +77,7 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
       sys,
       names,
       rand: prng(o.seed),
-      shouldStop: () => Date.now() - started >= o.durationMs,
+      shouldStop: () => (o.minOps === undefined ? Date.now() - started >= o.durationMs : totalOps(workload.stats) >= o.minOps),
       maxFaults: o.maxFaults,
       recovered,
       log,
@@ -110,6 +112,10 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
   const summary = summarize(o, sys, workload.stats, linearizability, appendSet, faults.length, figures, counterexampleFile);
   const details = `${formatReport(linearizability)}\n${formatAppendSetReport(appendSet)}`;
   return { ok, stats: workload.stats, linearizability, appendSet, faults, figures, counterexampleFile, summary, details };
+}
+
+function totalOps(s: WorkloadStats): number {
+  return s.ok + s.failed + s.unknown;
 }
 
 /** When a lost append was sent and acknowledged, against the faults, in the nodes' log time (epoch ms). */
