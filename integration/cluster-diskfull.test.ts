@@ -11,6 +11,7 @@ import path from 'node:path';
 import { freePort, onCleanup, pollUntil, runCommand, status, tempDir } from './harness.js';
 import { startCluster, waitForLeader } from './cluster.js';
 import { Load } from './load.js';
+import { onceClient, within } from './fencing-helpers.js';
 import { get, scrape, value } from './metrics-scrape.js';
 import { MIN_FREE_BYTES } from '../services/storage/disk-space.js';
 
@@ -75,6 +76,23 @@ test('a follower whose disk fills stops taking entries, the leader goes on witho
     return dropped && (await degraded()) === 1 ? true : undefined;
   }, 20_000);
 
+  // What would wait for the full follower to apply is refused at once, saying why: a write
+  // through it (the leader would take it, but this node could not show it to a read after it)
+  // and a linearizable read. (They used to wait until the client's deadline.)
+  const direct = onceClient(t, full.endpoint);
+  for (const [what, call] of [
+    ['a write through the full follower', () => direct.put('through/full').value('v').options(within(20_000)).exec()],
+    ['a linearizable read on the full follower', () => direct.get('load/0').options(within(20_000)).exec()],
+  ] as const) {
+    const started = performance.now();
+    await assert.rejects(call(), (err: Error) => {
+      assert.match(err.message, /storage refuses writes: .* free on the filesystem of .*; this follower applies nothing meanwhile/, `${what}: ${err.message}`);
+      return true;
+    });
+    assert.ok(performance.now() - started < 3000, `${what} was refused after ${Math.round(performance.now() - started)} ms`);
+  }
+  assert.equal(await leader.client.get('through/full').string(), null, 'the refused write was not made');
+
   // Writes go on (each batch is uploaded first: the leader is degraded), the follower stays put.
   const stuckAt = Number((await full.client.maintenance.status()).header.revision);
   const acked = load.acked.length;
@@ -112,6 +130,9 @@ test('a follower whose disk fills stops taking entries, the leader goes on witho
     assert.equal(kv.value.toString(), a.value);
     assert.equal(Number(kv.mod_revision), a.revision);
   }
+  // And it takes writes and linearizable reads again.
+  await direct.put('through/full').value('back').options(within(10_000)).exec();
+  assert.equal(await direct.get('through/full').options(within(10_000)).string(), 'back');
   await pollUntil('the follower is ready again', async () => ((await get(metrics.get(full.id)!, '/readyz')).status === 200 ? true : undefined), 30_000);
   await pollUntil('the leader is no longer degraded', async () => ((await degraded()) === 0 ? true : undefined), 30_000);
   for (const c of (await status(full.kvs)).components) assert.equal(c.restarts, 0, `n2: ${c.name} restarted (last exit: ${c.lastExit})`);

@@ -86,6 +86,7 @@ export class ClusterView {
    * for the next one (the one out may have been answered before the read arrived).
    */
   async linearize(): Promise<void> {
+    if (this.feed.refused) throw this.feed.refusal();
     const index = await this.readIndex();
     await this.feed.applied(index);
   }
@@ -142,6 +143,7 @@ export class RoutedLink implements WriteLink {
 
   async call(op: number, body: Uint8Array, authRevision?: number, traceParent?: string): Promise<Buffer> {
     if (this.view.leading) return this.local.call(op, body, authRevision, traceParent);
+    if (this.feed.refused) throw this.feed.refusal();
     const res = await this.forward.call(op, body, authRevision, traceParent);
     const revision = headerRevision(res);
     if (revision > 0) await this.feed.applied(0, revision);

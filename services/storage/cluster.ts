@@ -220,8 +220,10 @@ export class PeerAttach {
       clearInterval(this.spaceWait);
       this.spaceWait = undefined;
       this.log.info({ dir: err.dir }, 'free space is back above the floor: following the leader again');
+      this.engine.feed.setRefused('', this.engine.revision, this.engine.appliedIndex);
       this.open();
     }, SPACE_POLL_MS);
+    this.engine.feed.setRefused(err.message, this.engine.revision, this.engine.appliedIndex);
     stream.cancel();
     if (this.stream && this.stream !== stream) this.stream.cancel();
   }

@@ -11,12 +11,28 @@ export interface FeedBatch {
   entries: Uint8Array[];
   /** The applied WAL index once the batch is applied. */
   index: number;
+  /** Set on a change of `CommitFeed.refused` (a batch with no entries). */
+  refused?: string;
 }
 
 export type FeedSubscriber = (batch: FeedBatch) => void;
 
 export class CommitFeed {
   private readonly subscribers = new Set<FeedSubscriber>();
+  /**
+   * Why this node applies nothing now ('' while it applies): a follower detached for lack of
+   * disk space. Gateways then refuse what would wait for it (forwarded writes, linearizable
+   * reads) instead of letting it wait until the client's deadline.
+   */
+  refused = '';
+
+  /** Tells every subscriber that this node stopped (a reason) or resumed ('') applying. */
+  setRefused(reason: string, revision: number, index: number): void {
+    if (reason === this.refused) return;
+    this.refused = reason;
+    const batch: FeedBatch = { revision, entries: [], index, refused: reason };
+    for (const fn of this.subscribers) fn(batch);
+  }
 
   subscribe(fn: FeedSubscriber): () => void {
     this.subscribers.add(fn);

@@ -36,7 +36,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
       // The first message tells where the stream starts; a subscriber that fell behind is
       // skipped until its buffer drains, then told the current revision (it fills the gap
       // from LMDB history), so a slow gateway never holds memory or the write path here.
-      const here = () => ({ revision: engine.revision, entries: [], index: engine.appliedIndex });
+      const here = () => ({ revision: engine.revision, entries: [], index: engine.appliedIndex, refused: engine.feed.refused });
       let lagging = !call.write(here());
       const unsubscribe = engine.feed.subscribe((batch) => {
         if (lagging || call.destroyed) return;

@@ -5,6 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { num } from '../../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../../shared/grpc/server.js';
 import type { Logger } from '../../../shared/log.js';
+import { EtcdError } from '../../../shared/errors.js';
 import { StorageClient } from '../../../shared/grpc/batch-link.js';
 import type { Hub } from './hub.js';
 
@@ -12,6 +13,7 @@ interface FeedMessage {
   revision: number | { high: number; low: number };
   entries: Uint8Array[];
   index?: number | { high: number; low: number };
+  refused?: string;
 }
 
 export class FeedLink {
@@ -23,7 +25,12 @@ export class FeedLink {
   /** Storage's applied revision and WAL index, as of the latest message. */
   revision = 0;
   index = 0;
-  private waiters: { index: number; revision: number; resolve(): void }[] = [];
+  /**
+   * Why storage applies nothing now (a follower below its free-space floor), '' while it
+   * applies: what waits for it is refused with this instead of waiting for the deadline.
+   */
+  refused = '';
+  private waiters: { index: number; revision: number; resolve(): void; reject(err: Error): void }[] = [];
 
   constructor(socket: string, private readonly hub: Hub, private readonly log: Logger) {
     this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
@@ -43,6 +50,7 @@ export class FeedLink {
       this.revision = num(m.revision as number);
       this.index = num(m.index as number);
       this.hub.onFeed(this.revision, m.entries ?? []);
+      if (m.refused !== undefined && m.refused !== this.refused) this.onRefused(m.refused);
       if (this.waiters.length) this.wake();
     });
     const broken = (err?: Error) => {
@@ -65,7 +73,25 @@ export class FeedLink {
    */
   applied(index: number, revision = 0): Promise<void> {
     if (this.index >= index && this.revision >= revision) return Promise.resolve();
-    return new Promise((resolve) => this.waiters.push({ index, revision, resolve }));
+    if (this.refused) return Promise.reject(this.refusal());
+    return new Promise((resolve, reject) => this.waiters.push({ index, revision, resolve, reject }));
+  }
+
+  /** The error for what would wait for storage while it applies nothing. */
+  refusal(): EtcdError {
+    return new EtcdError(
+      grpc.status.RESOURCE_EXHAUSTED,
+      `${this.refused}; this follower applies nothing meanwhile, so it refuses writes and linearizable reads (serializable reads serve what it has): use another member`,
+    );
+  }
+
+  private onRefused(reason: string): void {
+    this.refused = reason;
+    if (!reason) return;
+    this.log.warn({ reason }, 'storage applies nothing: refusing forwarded writes and linearizable reads until it does');
+    const waiting = this.waiters;
+    this.waiters = [];
+    for (const w of waiting) w.reject(this.refusal());
   }
 
   private wake(): void {
