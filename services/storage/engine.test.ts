@@ -235,3 +235,34 @@ test('a follower below the free-space floor takes no replicated entries (nothing
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [3, 3, 4]);
   assert.equal(decodeKeyValue(liveVersion(follower.db, Buffer.from('c'))!).value.toString(), '3');
 });
+
+test('a follower with staged entries does not become leader below the free-space floor (applying them could SIGBUS), and does once space is back', async (t) => {
+  const leaderDir = tempDir(t);
+  const leader = Engine.open(openMvcc(leaderDir, { readOnly: false, writemap: true }), leaderDir, log);
+  for (const [k, v] of [['a', '1'], ['b', '2']]) assert.equal((await put(leader, k, v)).code, 0);
+  const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
+  await leader.close();
+
+  const dir = tempDir(t);
+  let free = 1024 * 1024 * 1024;
+  let clock = 0;
+  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
+  const follower = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space, cluster: { memberId: '2', clusterId: '1' } });
+  t.after(() => follower.close());
+  await follower.becomeFollower('follower', 1);
+  follower.appendReplicated(records, 1); // the second is staged: appended, not yet committed
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
+  await follower.becomeFollower('none', 1);
+
+  free = 10 * 1024 * 1024;
+  clock += 1000;
+  assert.throws(() => follower.becomeLeader(2), FreeSpaceError);
+  assert.equal(follower.role, 'none');
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1], 'the staged entry is kept, unapplied');
+
+  free = 1024 * 1024 * 1024;
+  clock += 1000;
+  follower.becomeLeader(2);
+  assert.equal(follower.role, 'leader');
+  assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [2, 2, 3]);
+});

@@ -414,9 +414,16 @@ export class Engine {
 
   /**
    * Becomes leader: every staged entry is applied (it may have been acknowledged by the
-   * previous leader), then client writes are taken at this term.
+   * previous leader), then client writes are taken at this term. With staged entries and less
+   * than the free-space floor free it throws FreeSpaceError and stays as it was (applying them
+   * through the memory map could SIGBUS the process): cluster.ts then detaches, which ends the
+   * peer agent's term.
    */
   becomeLeader(term: number): void {
+    if (this.lastIndex > this.index) {
+      const refused = this.space.check();
+      if (refused) throw refused;
+    }
     this.identity.raftTerm = term;
     this.applyThrough(this.lastIndex);
     this.executor.reload();
