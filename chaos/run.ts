@@ -71,6 +71,13 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
 
   const started = Date.now();
   workload.start(sys.nodes.map((n) => n.client.address), o.workersPerNode ?? 2);
+  // A long run says how far it is, once a minute.
+  const progress = setInterval(() => {
+    const s = workload.stats;
+    log(`progress: ${Math.round((Date.now() - started) / 1000)} s, operations ${totalOps(s)} (ok ${s.ok} failed ${s.failed} unknown ${s.unknown})`);
+  }, 60_000);
+  progress.unref();
+  t.after(() => clearInterval(progress));
   let faults: FaultRecord[];
   try {
     faults = await runNemeses({
@@ -91,6 +98,7 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
     await saveLogs(o, sys, log);
     throw err;
   }
+  clearInterval(progress);
   await workload.stop();
   const proxies = [...sys.nodes.flatMap((n) => (n.peer ? [n.peer] : [])), ...(sys.storeProxy ? [sys.storeProxy] : [])];
   log(`connections identified by source: ${proxies.map((p) => `${p.name} ${p.identified}/${p.accepted}`).join(', ')}`);
