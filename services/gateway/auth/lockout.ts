@@ -3,6 +3,10 @@
 // Authenticate fails without the password being checked (no bcrypt work for an attacker to
 // cause). In memory only: a restart clears it. Names that fail but never lock are forgotten
 // after the window, and the table is bounded, so a flood of random names costs bounded memory.
+// A name is kept as itself only when short: a client may send names of megabytes (a request
+// may be 2 MiB), and 100,000 of those would hold gigabytes, so a long one is kept as its digest.
+import { createHash } from 'node:crypto';
+
 export const LOCKOUT = {
   failures: 5,
   windowMs: 5 * 60_000,
@@ -10,6 +14,14 @@ export const LOCKOUT = {
   /** Entries kept at most (the oldest go first). */
   maxEntries: 100_000,
 } as const;
+
+/** Names up to this many characters are kept as they are; longer ones as a SHA-256 digest. */
+const PLAIN_NAME_MAX = 64;
+
+/** The table's key for a user name: at most 64 characters. */
+export function lockoutKey(name: string): string {
+  return name.length <= PLAIN_NAME_MAX ? name : `sha256:${createHash('sha256').update(name).digest('base64')}`;
+}
 
 interface Entry {
   /** Times of the consecutive failures still inside the window. */
@@ -23,7 +35,8 @@ export class Lockout {
   constructor(private readonly now: () => number = Date.now) {}
 
   /** Whether `name` is locked now. */
-  locked(name: string): boolean {
+  locked(user: string): boolean {
+    const name = lockoutKey(user);
     const e = this.entries.get(name);
     if (!e) return false;
     if (e.lockedUntil > this.now()) return true;
@@ -32,7 +45,8 @@ export class Lockout {
   }
 
   /** Records a failure; true when it locks the name. */
-  fail(name: string): boolean {
+  fail(user: string): boolean {
+    const name = lockoutKey(user);
     const now = this.now();
     let e = this.entries.get(name);
     if (!e) {
@@ -51,8 +65,8 @@ export class Lockout {
   }
 
   /** A success ends the run of failures. */
-  succeed(name: string): void {
-    this.entries.delete(name);
+  succeed(user: string): void {
+    this.entries.delete(lockoutKey(user));
   }
 
   get size(): number {
