@@ -10,6 +10,8 @@ import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
 import { Role } from '../../shared/cluster.js';
 import { BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
+import { AuthErrors } from '../../shared/auth/errors.js';
+import { Op } from '../storage/engine.js';
 import type { Logger } from '../../shared/log.js';
 import type { FeedLink } from './watch/feed-link.js';
 
@@ -131,7 +133,11 @@ export class ClusterView {
 /**
  * Writes go to storage while this node leads, else through the peer agent to the leader. A
  * forwarded write is answered once this node has applied its revision, so that a read here
- * after it (a Lock recipe's, a client's serializable one) sees it.
+ * after it (a Lock recipe's, a client's serializable one) sees it. An auth change (a token from
+ * Authenticate, a user, a role) creates no revision: it is answered once this node has applied
+ * what the leader has committed, so the token works here at once and a revocation counts here
+ * at once. A write refused because this node checked its caller against older auth state than
+ * the leader's waits for the same before the caller checks it again.
  */
 export class RoutedLink implements WriteLink {
   constructor(
@@ -144,7 +150,17 @@ export class RoutedLink implements WriteLink {
   async call(op: number, body: Uint8Array, authRevision?: number, traceParent?: string): Promise<Buffer> {
     if (this.view.leading) return this.local.call(op, body, authRevision, traceParent);
     if (this.feed.refused) throw this.feed.refusal();
-    const res = await this.forward.call(op, body, authRevision, traceParent);
+    let res: Buffer;
+    try {
+      res = await this.forward.call(op, body, authRevision, traceParent);
+    } catch (err) {
+      if (err instanceof EtcdError && err.message === AuthErrors.authOldRevision.message) await this.view.linearize().catch(() => undefined);
+      throw err;
+    }
+    if (op >= Op.AUTH_ENABLE && op <= Op.AUTH_ROLE_REVOKE_PERMISSION) {
+      await this.view.linearize();
+      return res;
+    }
     const revision = headerRevision(res);
     if (revision > 0) await this.feed.applied(0, revision);
     return res;
