@@ -192,7 +192,7 @@ test('/readyz is 503 while storage refuses writes for lack of disk space, 200 on
   assert.equal((await etcdctl(node.endpoint, ['put', 'k', 'v'])).exitCode, 0);
 });
 
-test('bad input: an occupied or malformed --metrics-addr refuses to start; unknown paths and methods get 404/405', async (t) => {
+test('bad input: an occupied or malformed --metrics-addr refuses to start, as does an unknown flag on any command; unknown paths and methods get 404/405', async (t) => {
   const busy = net.createServer().listen(0, '127.0.0.1');
   await new Promise((resolve) => busy.once('listening', resolve));
   onCleanup(t, () => new Promise((resolve) => busy.close(resolve)));
@@ -215,6 +215,21 @@ test('bad input: an occupied or malformed --metrics-addr refuses to start; unkno
   ];
   for (const [args, stderr] of refused) {
     const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, ...args], { timeoutMs: 20_000 });
+    assert.deepEqual([r.exitCode, r.stderr], [2, stderr], args.join(' '));
+  }
+  // Every command refuses a flag it does not know, before doing anything, naming the closest one.
+  const unknown = (flag: string, near?: string) => `kvs: unknown flag ${flag}${near ? ` (did you mean ${near}?)` : ''}; \`kvs <command> --help\` lists the flags\n`;
+  for (const [args, stderr] of [
+    [['run', '--data-dir', dataDir, '--auth-enabld'], unknown('--auth-enabld', '--auth-enabled')],
+    [['component', 'gateway', '--data-dir', dataDir, '--client-tls-certs', 'x'], unknown('--client-tls-certs', '--client-tls-cert')],
+    [['ctl', 'status', '--data-dir', dataDir, '--jsn'], unknown('--jsn', '--json')],
+    [['restore', '--data-dir', dataDir, '--s3-bukcet', 'b'], unknown('--s3-bukcet', '--s3-bucket')],
+    [['status', '--s3-prefx', 'p/'], unknown('--s3-prefx', '--s3-prefix')],
+    [['gc', '--kepp', '3'], unknown('--kepp', '--keep')],
+    [['local-cluster', '--nodez', '3'], unknown('--nodez', '--nodes')],
+    [['restore-point', '--zzz'], unknown('--zzz')],
+  ] as [string[], string][]) {
+    const r = await runCommand(process.execPath, [KVS_BIN, ...args], { timeoutMs: 20_000 });
     assert.deepEqual([r.exitCode, r.stderr], [2, stderr], args.join(' '));
   }
 
