@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { copyFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { KVS_BIN, client, etcdctl, pollUntil, runCommand, startEtcd, startKvs, tempDir, type CmdResult } from './harness.js';
@@ -227,3 +228,50 @@ test('the Common Name of a verified client certificate reaches the handlers (Ser
 function lastLine(s: string): string {
   return s.trimEnd().split('\n').pop() ?? '';
 }
+
+/** A TLS handshake to the port: the negotiated protocol and ALPN, or the error. */
+function handshake(port: number, opts: tls.ConnectionOptions): Promise<{ version?: string; alpn?: string | false | null; error?: string }> {
+  return new Promise((resolve) => {
+    const s = tls.connect({ host: '127.0.0.1', port, ...opts }, () => {
+      // The server refuses a connection without h2 after the handshake: wait for that too.
+      const r = { version: s.getProtocol() ?? undefined, alpn: s.alpnProtocol };
+      s.once('close', () => resolve({ ...r, error: 'closed by the server' }));
+      setTimeout(() => {
+        s.destroy();
+        resolve(r);
+      }, 500);
+    });
+    s.on('error', (err) => resolve({ error: err.message }));
+  });
+}
+
+test('TLS 1.2 and 1.3 with ALPN h2 get in; TLS 1.1, a client without h2 and a ClientHello of garbage do not; the node keeps serving', async (t) => {
+  const ca = await makeCa(t);
+  const server = await ca.server('server');
+  const kvs = await startKvs(t, { args: tlsArgs(server), probe: ca.clientTls() });
+  const { ca: caPem } = ca.clientTls();
+  for (const v of ['TLSv1.2', 'TLSv1.3'] as const) {
+    const r = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['h2'], minVersion: v, maxVersion: v });
+    assert.deepEqual(r, { version: v, alpn: 'h2' }, v);
+  }
+  const old = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['h2'], minVersion: 'TLSv1', maxVersion: 'TLSv1.1', ciphers: 'DEFAULT@SECLEVEL=0' });
+  assert.ok(old.error, `TLS 1.1 got in: ${JSON.stringify(old)}`);
+  const noH2 = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['http/1.1'] });
+  assert.ok(noH2.error, `a client without h2 got in: ${JSON.stringify(noH2)}`);
+  // A TLS record header (handshake, TLS 1.0) followed by garbage.
+  await new Promise<void>((resolve) => {
+    const s = net.connect(kvs.port, '127.0.0.1', () => s.write(Buffer.concat([Buffer.from([0x16, 0x03, 0x01, 0x00, 0x40]), Buffer.alloc(64, 0xab)])));
+    s.on('error', () => undefined);
+    s.on('close', () => resolve());
+    s.resume();
+  });
+  assert.equal((await etcdctl(`https://${kvs.endpoint}`, [...ctlTls(ca), 'put', 'k', 'still']).then((r) => r.stdout)), 'OK\n');
+  const failures = await pollUntil('the refused handshakes in the log', async () => {
+    const f = handshakeFailures(kvs.output());
+    return f.length >= 3 ? f.map((l) => (JSON.parse(l) as { msg: string }).msg) : undefined;
+  });
+  // One line each, saying why: the server refused TLS 1.1, found no common ALPN protocol, and
+  // could not read the garbage.
+  assert.deepEqual(failures, ['client TLS handshake failed: unsupported protocol', 'client TLS handshake failed: no application protocol', 'client TLS handshake failed: unexpected message']);
+  assert.ok(!kvs.output().includes('    at '), 'no stack in the log');
+});
