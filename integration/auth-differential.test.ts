@@ -447,13 +447,25 @@ test('auth (kvs only): nested Txns, Lease calls and Status need what later etcd 
   await ok(AUTH, 'RoleGrantPermission', { name: 'ro', perm: { key: 'a', rangeEnd: 'b', permType: 'READWRITE' } });
   await ok(AUTH, 'UserAdd', { name: 'u', password: 'p' });
   await ok(AUTH, 'UserGrantRole', { user: 'u', role: 'ro' });
+  await ok(AUTH, 'RoleAdd', { name: 'wo' });
+  await ok(AUTH, 'RoleGrantPermission', { name: 'wo', perm: { key: 'w', rangeEnd: 'x', permType: 'WRITE' } });
+  await ok(AUTH, 'UserAdd', { name: 'w', password: 'p' });
+  await ok(AUTH, 'UserGrantRole', { user: 'w', role: 'wo' });
   await ok(AUTH, 'AuthEnable', {});
-  for (const [u, pw] of [['root', 'r'], ['u', 'p']] as const) s.tokens.set(u, (await ok(AUTH, 'Authenticate', { name: u, password: pw })).token);
+  for (const [u, pw] of [['root', 'r'], ['u', 'p'], ['w', 'p']] as const) s.tokens.set(u, (await ok(AUTH, 'Authenticate', { name: u, password: pw })).token);
   const DENIED = 'etcdserver: permission denied';
   const EMPTY = 'etcdserver: user name is empty';
   // A nested Txn writing outside the user's range is refused.
   await fails(KV, 'Txn', { success: [{ requestTxn: { success: [{ requestPut: { key: 'z', value: 'x' } }] } }] }, 'u', DENIED);
   await ok(KV, 'Txn', { success: [{ requestTxn: { success: [{ requestPut: { key: 'a1', value: 'x' } }] } }] }, 'u');
+  // A user who may write but not read gets no previous value: Put and DeleteRange with prev_kv
+  // need read, as in etcd, and so does a Txn's put with prev_kv (etcd 3.4.23 lets it through).
+  await ok(KV, 'Put', { key: 'w1', value: 'secret' }, 'w');
+  await fails(KV, 'Put', { key: 'w1', value: 'x', prevKv: true }, 'w', DENIED);
+  await fails(KV, 'DeleteRange', { key: 'w1', prevKv: true }, 'w', DENIED);
+  await fails(KV, 'Txn', { success: [{ requestPut: { key: 'w1', value: 'x', prevKv: true } }] }, 'w', DENIED);
+  await ok(KV, 'Txn', { success: [{ requestPut: { key: 'w1', value: 'x' } }] }, 'w');
+  await fails(KV, 'Range', { key: 'w1' }, 'w', DENIED);
   // Lease calls need a user; revoking a lease needs write on its keys.
   await fails(LEASE, 'LeaseGrant', { TTL: 60 }, undefined, EMPTY);
   const lease = (await ok(LEASE, 'LeaseGrant', { TTL: 60 }, 'root')).ID;
