@@ -14,8 +14,7 @@ import { fakeClock } from './fake-clock.js';
 import { LockWatch, onceClient, within } from './fencing-helpers.js';
 import { pollUntil } from './harness.js';
 
-// Longer than the 2 s lock touches of a leader with a disconnected follower (FAST_FAILOVER's
-// 1.5 s is not: there a cut-off follower takes over between two touches of a live leader).
+// A leader with a disconnected follower touches its lock every 1.5 s (a third of the TTL).
 const TTL_MS = 4500;
 
 test('a follower whose wall clock is an hour ahead never takes over from a live leader it cannot reach, and after the leader dies only once it saw the lock still for the TTL', async (t) => {
@@ -35,7 +34,7 @@ test('a follower whose wall clock is an hour ahead never takes over from a live 
   const term = watch.current.term;
   const leader = onceClient(t, n1.endpoint);
 
-  // Cut n2 off from the leader's peer port; the leader keeps touching its lock (every 2 s).
+  // Cut n2 off from the leader's peer port; the leader keeps touching its lock (every 1.5 s).
   n1.peerProxy!.set('refuse');
   const cutAt = performance.now();
   const versionsAtCut = watch.versions.length;

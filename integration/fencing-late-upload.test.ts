@@ -62,7 +62,7 @@ test("a deposed leader's upload that lands after a follower took over is in the 
   for (let i = 0; i < 5; i++) await n1.client.put(`before/${i}`).value('v').exec();
 
   // One follower disconnected: the leader is degraded (every batch is uploaded before it is
-  // acknowledged) and touches its lock every 2 s. Wait for a touch, so the lock is fresh.
+  // acknowledged) and touches its lock every 1.5 s. Wait for a touch, so the lock is fresh.
   n1.peerProxy!.setFor('n3', 'refuse');
   await watch.next((v) => v.nodeId === 'n1', 10_000, watch.versions.length + 1);
   // A degraded write goes to the object store under this term before it is acknowledged, so

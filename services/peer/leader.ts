@@ -34,7 +34,12 @@ export interface LeaderOptions {
   termStart: number;
 }
 
-/** Lock touches while a member is disconnected (the spec's 2 s). */
+/**
+ * Lock touches while a member is disconnected: the spec's 2 s, or a third of the liveness TTL
+ * when that is shorter. A disconnected follower takes over once it has seen the lock unchanged
+ * for the TTL, so touches further apart than the TTL let it take over from a live leader, and a
+ * leader acknowledges only within TTL minus a third of its last touch (fresh()).
+ */
 const TOUCH_MS = 2000;
 /** Heartbeats to followers, which answer each with an ACK. */
 const HEARTBEAT_MS = 500;
@@ -409,7 +414,7 @@ export class Leadership {
         this.publishState();
       }
     }
-    const every = this.degraded ? TOUCH_MS : this.o.watchIntervalMs;
+    const every = this.degraded ? Math.min(TOUCH_MS, this.o.ttlMs / 3) : this.o.watchIntervalMs;
     if (now - this.lastTouchAttempt >= every) void this.touch();
     this.evaluate();
   }
