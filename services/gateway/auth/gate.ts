@@ -38,8 +38,8 @@ interface Compiled {
 export interface GateOptions {
   /** Wall clock (token expiry); tests move it. */
   now?: () => number;
-  /** Called with a token's digest when it is used less than half its lifetime before expiry. */
-  renew?: (digest: Buffer) => void;
+  /** Called with a token's digest (and its expiry) when it is used less than half its lifetime before expiry. */
+  renew?: (digest: Buffer, expiresAtMs: number) => void;
   /** --token-ttl in ms: a token used within its last half is renewed. */
   tokenTtlMs?: number;
   /** --auth-token jwt: tokens are JWTs, verified (before the handler runs) by this. */
@@ -84,7 +84,7 @@ export class AuthGate {
     const now = this.now();
     if (!stored || stored.expiresAtMs <= now) throw AuthErrors.invalidAuthToken;
     const ttl = this.opts.tokenTtlMs;
-    if (ttl && this.opts.renew && stored.expiresAtMs - now < ttl / 2) this.opts.renew(digest);
+    if (ttl && this.opts.renew && stored.expiresAtMs - now < ttl / 2) this.opts.renew(digest, stored.expiresAtMs);
     return new Caller(this, stored.user, revision);
   }
 
