@@ -19,10 +19,11 @@ export interface CallLike {
 }
 
 /**
- * HOOK (client TLS, --client-tls-ca): with mutual TLS, etcd authorises a request that carries
- * no token as the user named by the client certificate's Common Name (AuthInfoFromTLS). The
- * transport engineer exposes the verified peer certificate's CN on the server call; return it
- * here (undefined without a verified client certificate).
+ * Mutual TLS (--client-tls-ca): etcd authorises a request that carries no token as the user
+ * named by the client certificate's Common Name (AuthInfoFromTLS). The transport
+ * (shared/grpc/http2-server.ts) puts the verified peer certificate's CN on the server call as
+ * `peerCommonName`; undefined without a verified client certificate.
+ * integration/auth-tls.test.ts checks it against etcd.
  */
 export function peerCommonName(call: CallLike): string | undefined {
   const cn = (call as { peerCommonName?: string | (() => string | undefined) }).peerCommonName;
