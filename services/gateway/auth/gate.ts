@@ -19,10 +19,11 @@ export interface CallLike {
 }
 
 /**
- * HOOK (client TLS, --client-tls-ca): with mutual TLS, etcd authorises a request that carries
- * no token as the user named by the client certificate's Common Name (AuthInfoFromTLS). The
- * transport engineer exposes the verified peer certificate's CN on the server call; return it
- * here (undefined without a verified client certificate).
+ * Mutual TLS (--client-tls-ca): etcd authorises a request that carries no token as the user
+ * named by the client certificate's Common Name (AuthInfoFromTLS). The transport
+ * (shared/grpc/http2-server.ts) puts the verified peer certificate's CN on the server call as
+ * `peerCommonName`; undefined without a verified client certificate.
+ * integration/auth-tls.test.ts checks it against etcd.
  */
 export function peerCommonName(call: CallLike): string | undefined {
   const cn = (call as { peerCommonName?: string | (() => string | undefined) }).peerCommonName;
@@ -38,8 +39,8 @@ interface Compiled {
 export interface GateOptions {
   /** Wall clock (token expiry); tests move it. */
   now?: () => number;
-  /** Called with a token's digest when it is used less than half its lifetime before expiry. */
-  renew?: (digest: Buffer) => void;
+  /** Called with a token's digest (and its expiry) when it is used less than half its lifetime before expiry. */
+  renew?: (digest: Buffer, expiresAtMs: number) => void;
   /** --token-ttl in ms: a token used within its last half is renewed. */
   tokenTtlMs?: number;
   /** --auth-token jwt: tokens are JWTs, verified (before the handler runs) by this. */
@@ -84,7 +85,7 @@ export class AuthGate {
     const now = this.now();
     if (!stored || stored.expiresAtMs <= now) throw AuthErrors.invalidAuthToken;
     const ttl = this.opts.tokenTtlMs;
-    if (ttl && this.opts.renew && stored.expiresAtMs - now < ttl / 2) this.opts.renew(digest);
+    if (ttl && this.opts.renew && stored.expiresAtMs - now < ttl / 2) this.opts.renew(digest, stored.expiresAtMs);
     return new Caller(this, stored.user, revision);
   }
 
