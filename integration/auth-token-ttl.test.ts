@@ -5,45 +5,21 @@
 // fixed `token` metadata, so that no client logs in again by itself.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import * as grpc from '@grpc/grpc-js';
-import { decode, encode, service } from '../shared/proto/index.js';
-import { etcdctl, onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
-
-type Unary = (req: Buffer, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Buffer) => void) => void;
+import { etcdctl, startEtcd, startKvs, type Ctx } from './harness.js';
+import { login, rawClient } from './auth-helpers.js';
 
 const TTL_S = 2;
 const INVALID = 'etcdserver: invalid auth token';
 
 /** Authenticate and Range on one server, requests and answers as bytes, with a token of the caller's. */
 function rawCalls(t: Ctx, endpoint: string) {
-  const make = (svc: string) => {
-    const def = service(svc);
-    for (const m of Object.values(def)) {
-      m.requestSerialize = (b: unknown) => b as Buffer;
-      m.responseDeserialize = (b: Buffer) => b;
-    }
-    const Ctor = grpc.makeGenericClientConstructor(def, svc);
-    const c = new Ctor(endpoint, grpc.credentials.createInsecure()) as unknown as Record<string, Unary> & grpc.Client;
-    onCleanup(t, () => c.close());
-    return c;
-  };
-  const auth = make('etcdserverpb.Auth');
-  const kv = make('etcdserverpb.KV');
-  const call = (c: Record<string, Unary>, method: string, reqType: string, req: object, token?: string) =>
-    new Promise<{ err?: grpc.ServiceError; res?: Buffer }>((resolve) => {
-      const md = new grpc.Metadata();
-      if (token) md.set('token', token);
-      c[method]!(encode(reqType, req), md, { deadline: Date.now() + 10_000 }, (err, res) => resolve({ err: err ?? undefined, res }));
-    });
+  const auth = rawClient(t, endpoint, 'etcdserverpb.Auth');
+  const kv = rawClient(t, endpoint, 'etcdserverpb.KV');
   return {
-    async login(): Promise<string> {
-      const { err, res } = await call(auth, 'Authenticate', 'etcdserverpb.AuthenticateRequest', { name: 'alice', password: 'alicepw' });
-      assert.ifError(err);
-      return decode<{ token: string }>('etcdserverpb.AuthenticateResponse', res!).token;
-    },
+    login: (): Promise<string> => login(auth, 'alice', 'alicepw'),
     /** A Range of app/x with `token`: 'ok', or the error's details. */
     async read(token: string): Promise<string> {
-      const { err } = await call(kv, 'Range', 'etcdserverpb.RangeRequest', { key: Buffer.from('app/x') }, token);
+      const { err } = await kv('Range', 'etcdserverpb.RangeRequest', { key: Buffer.from('app/x') }, token);
       return err ? (err.details ?? err.message) : 'ok';
     },
   };

@@ -6,27 +6,8 @@ import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
 import * as grpc from '@grpc/grpc-js';
 import { Etcd3 } from 'etcd3';
-import { encode, decode, service } from '../shared/proto/index.js';
-import { etcdctl, localObjectStore, onCleanup, pollUntil, startKvs, type Ctx, type KvsNode } from './harness.js';
-
-type Unary = (req: Buffer, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Buffer) => void) => void;
-
-/** Raw calls (request and response as bytes) with an optional token. */
-function rawClient(t: Ctx, endpoint: string, svc: string) {
-  const def = service(svc);
-  for (const m of Object.values(def)) {
-    m.requestSerialize = (b: unknown) => b as Buffer;
-    m.responseDeserialize = (b: Buffer) => b;
-  }
-  const Ctor = grpc.makeGenericClientConstructor(def, svc);
-  const c = new Ctor(endpoint, grpc.credentials.createInsecure()) as unknown as Record<string, Unary> & grpc.Client;
-  onCleanup(t, () => c.close());
-  return (method: string, reqType: string, req: object, token?: string): Promise<{ err?: grpc.ServiceError; res?: Buffer }> => {
-    const md = new grpc.Metadata();
-    if (token) md.set('token', token);
-    return new Promise((resolve) => c[method]!(encode(reqType, req), md, { deadline: Date.now() + 20_000 }, (err, res) => resolve({ err: err ?? undefined, res })));
-  };
-}
+import { etcdctl, localObjectStore, onCleanup, pollUntil, startKvs, type KvsNode } from './harness.js';
+import { login, rawClient } from './auth-helpers.js';
 
 async function bootstrap(node: KvsNode): Promise<void> {
   const ctl = (...args: string[]) => etcdctl(node.endpoint, args);
@@ -36,11 +17,6 @@ async function bootstrap(node: KvsNode): Promise<void> {
   }
 }
 
-async function login(call: ReturnType<typeof rawClient>, name: string, password: string): Promise<string> {
-  const { err, res } = await call('Authenticate', 'etcdserverpb.AuthenticateRequest', { name, password });
-  assert.ifError(err);
-  return decode<{ token: string }>('etcdserverpb.AuthenticateResponse', res!).token;
-}
 
 test('tokens survive restarts of the gateway, of storage (kill -9) and of the node; the etcd3 client authenticates', { timeout: 240_000 }, async (t) => {
   const node = await startKvs(t, { args: ['--auth-enabled', '--bcrypt-cost', '4'] });
