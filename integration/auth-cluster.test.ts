@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startCluster, waitForLeader } from './cluster.js';
 import { etcdctl } from './harness.js';
-import { login, rawClient } from './auth-helpers.js';
+import { login, rawClient } from './raw-client.js';
 
 const put = (key: string) => ['Put', 'etcdserverpb.PutRequest', { key: Buffer.from(key), value: Buffer.from('v') }] as const;
 const get = (key: string, serializable = false) => ['Range', 'etcdserverpb.RangeRequest', { key: Buffer.from(key), serializable }] as const;

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { etcdctl, startEtcd, startKvs, type Ctx } from './harness.js';
-import { login, rawClient } from './auth-helpers.js';
+import { login, rawClient } from './raw-client.js';
 
 const TTL_S = 2;
 const INVALID = 'etcdserver: invalid auth token';

@@ -7,7 +7,7 @@ import { rm } from 'node:fs/promises';
 import * as grpc from '@grpc/grpc-js';
 import { Etcd3 } from 'etcd3';
 import { etcdctl, localObjectStore, onCleanup, pollUntil, startKvs, type KvsNode } from './harness.js';
-import { login, rawClient } from './auth-helpers.js';
+import { login, rawClient } from './raw-client.js';
 
 async function bootstrap(node: KvsNode): Promise<void> {
   const ctl = (...args: string[]) => etcdctl(node.endpoint, args);

@@ -6,6 +6,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { startPair, prng, encodeRequest, type Differ, type Outcome, type Plain } from './differential.js';
+import { client, startKvs } from './harness.js';
+import { rawClient } from './raw-client.js';
 
 const MAINTENANCE = 'etcdserverpb.Maintenance';
 
@@ -125,4 +127,46 @@ test('Maintenance answers as etcd 3.4 does', async (t) => {
     assert.equal(ok(kvs).header.revision, ok(etcd).header.revision);
     assert.equal(typeof ok(kvs).hash, 'number');
   });
+});
+
+// HashKV and Hash read the whole history: on a long one that takes long, and the gateway used
+// to compute them on its event loop, so every other client of the node waited (seconds over
+// 600,000 revisions). They run on a worker thread now.
+test('a HashKV over a long history does not hold up other requests to the node', async (t) => {
+  const node = await startKvs(t);
+  const c = client(t, node.endpoint);
+  // About 150,000 changes (history records, what HashKV reads): Txns of 128 puts, 16 at a time.
+  const value = 'v'.repeat(64);
+  for (let batch = 0; batch < 1200; batch += 16) {
+    await Promise.all(
+      Array.from({ length: 16 }, (_, j) => {
+        const txn = c.if(`k/${batch + j}/0`, 'Version', '>', -1);
+        return txn.then(...Array.from({ length: 128 }, (_, i) => c.put(`k/${(batch + j) % 50}/${i}`).value(value))).commit();
+      }),
+    );
+  }
+  const revision = Number((await c.maintenance.status()).header.revision);
+  assert.equal(revision, 1201);
+
+  // Serial gets while one HashKV runs: none may wait as long as the hash takes.
+  let hashing = true;
+  const waits: number[] = [];
+  const reader = (async () => {
+    while (hashing) {
+      const at = performance.now();
+      await c.get('k/0/0').string();
+      waits.push(performance.now() - at);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  })();
+  const started = performance.now();
+  const h = await rawClient(t, node.endpoint, MAINTENANCE)('HashKV', 'etcdserverpb.HashKVRequest', { revision: 0 });
+  const tookMs = performance.now() - started;
+  hashing = false;
+  await reader;
+  assert.equal(h.err, undefined);
+  const longest = Math.max(...waits);
+  t.diagnostic(`HashKV over 153,600 changes took ${Math.round(tookMs)} ms; ${waits.length} gets meanwhile, the longest ${Math.round(longest)} ms`);
+  assert.ok(tookMs > 300, `the hash took only ${Math.round(tookMs)} ms: too short a history to show anything`);
+  assert.ok(longest < tookMs / 2, `a get waited ${Math.round(longest)} ms while the hash took ${Math.round(tookMs)} ms`);
 });

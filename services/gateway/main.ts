@@ -15,6 +15,7 @@ import { ClusterView, RoutedLink } from './cluster.js';
 import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
+import { HashWorker } from './hash-worker.js';
 import { removeStaleSnapshots } from './snapshot.js';
 import { leaseService } from './lease.js';
 import { parseDuration } from '../../shared/duration.js';
@@ -51,7 +52,8 @@ export async function runGateway(cfg: Config): Promise<void> {
   let link: WriteLink = storageWrites;
   let leaseLink: WriteLink = storageLeases;
   let view: ClusterView | undefined;
-  const closers: { close(): void }[] = [storageWrites, storageLeases];
+  const hashes = new HashWorker(cfg.dataDir, log);
+  const closers: { close(): void }[] = [storageWrites, storageLeases, hashes];
   if (clusterMode(cfg)) {
     view = new ClusterView(socketPath(cfg.dataDir, 'peer'), feed, log);
     node.cluster = view;
@@ -82,7 +84,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });
   for (const { def, impl } of [
     kvService(db, link, node, gate, tracing && new GatewaySpans(tracing)),
-    guarded(maintenanceService(db, cfg.dataDir, node, log), maintenanceChecks),
+    guarded(maintenanceService(db, cfg.dataDir, node, log, hashes), maintenanceChecks),
     clusterService(db, node),
     leaseService(link, leaseLink, streams, gate),
     watch,

@@ -7,7 +7,7 @@ import { service, num } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../shared/mvcc/schema.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
-import { hashKV, hashAll } from '../../shared/mvcc/hash.js';
+import type { HashWorker } from './hash-worker.js';
 import type { Logger } from '../../shared/log.js';
 import type { NodeInfo } from './node-info.js';
 import { toServiceError } from './kv.js';
@@ -18,7 +18,7 @@ type Handler = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => v
 
 const AlarmAction = { GET: 0, ACTIVATE: 1, DEACTIVATE: 2 } as const;
 
-export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, log: Logger) {
+export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, log: Logger, hashes: HashWorker) {
   const def = service('etcdserverpb.Maintenance');
   /** Runs `fn` in a fresh read snapshot; its errors become etcd's gRPC errors. */
   const read = (cb: UnaryCallback<unknown>, fn: () => unknown) => {
@@ -66,13 +66,13 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
       cb(null, {});
     },
     Hash(_call, cb) {
-      read(cb, () => ({ header: node.header(readMeta(db, META.revision)), hash: hashAll(db) }));
+      hashes.hash().then((r) => cb(null, { header: node.header(r.revision), hash: r.hash }), (err) => cb(toServiceError(err)));
     },
     HashKV(call, cb) {
-      read(cb, () => {
-        const r = hashKV(db, num(call.request.revision));
-        return { header: node.header(r.revision), hash: r.hash, compactRevision: r.compactRevision };
-      });
+      hashes.hashKV(num(call.request.revision)).then(
+        (r) => cb(null, { header: node.header(r.revision), hash: r.hash, compactRevision: r.compactRevision }),
+        (err) => cb(toServiceError(err)),
+      );
     },
     MoveLeader(call, cb) {
       // etcd on one member: moving to itself succeeds at once (no header); any other target is

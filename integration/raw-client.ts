@@ -1,4 +1,4 @@
-// Helpers of the auth tests: raw gRPC calls (request and response as bytes) that carry a token
+// Raw gRPC calls of the tests (request and response as bytes) that carry a token
 // the test chooses, so what a node answers is not hidden by a client that logs in again.
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
