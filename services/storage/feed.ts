@@ -11,7 +11,7 @@ export interface FeedBatch {
   entries: Uint8Array[];
   /** The applied WAL index once the batch is applied. */
   index: number;
-  /** Set on a change of `CommitFeed.refused` (a batch with no entries). */
+  /** `CommitFeed.refused` as of this batch (on its own, with no entries, when it changes). */
   refused?: string;
 }
 
@@ -42,7 +42,7 @@ export class CommitFeed {
   /** Called by the engine once per committed batch, before callers are answered. */
   publish(records: readonly WalRecord[], revision: number, index: number): void {
     if (this.subscribers.size === 0 || records.length === 0) return;
-    const batch: FeedBatch = { revision, entries: records.map((r) => r.payload), index };
+    const batch: FeedBatch = { revision, entries: records.map((r) => r.payload), index, refused: this.refused };
     for (const fn of this.subscribers) fn(batch);
   }
 }
