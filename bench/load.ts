@@ -2,9 +2,15 @@
 // share of a workload's clients, and gathers their samples.
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { FromWorker, RunRequest, RunResult, ToWorker } from './protocol.js';
+import { BENCH_PASSWORD, BENCH_USER } from './auth.js';
+import { GoWorkerProcess } from './go-client.js';
+import type { FromWorker, GoRunRequest, RunRequest, RunResult, ToWorker } from './protocol.js';
 import type { ClientKind } from './kv-client.js';
+import { workload as workloadNamed } from './workloads/index.js';
 import type { WorkloadOptions } from './workload.js';
+
+/** The load generator's client: a Node channel (bench/worker.ts) or etcd's Go client (bench/go-client.ts). */
+export type LoadClient = ClientKind | 'go';
 
 const WORKER = fileURLToPath(new URL('./worker.js', import.meta.url));
 
@@ -69,12 +75,24 @@ export interface RunOutcome {
 
 export class LoadGenerator {
   private constructor(
-    private readonly procs: WorkerProcess[],
-    readonly client: ClientKind,
+    private readonly procs: (WorkerProcess | GoWorkerProcess)[],
+    readonly client: LoadClient,
   ) {}
 
-  static async start(processes: number, client: ClientKind): Promise<LoadGenerator> {
-    return new LoadGenerator(await Promise.all(Array.from({ length: processes }, () => WorkerProcess.start())), client);
+  /** `goBin`: the built Go load generator, for client 'go' (bench/go-client.ts). */
+  static async start(processes: number, client: LoadClient, goBin?: string): Promise<LoadGenerator> {
+    const one = (): Promise<WorkerProcess | GoWorkerProcess> => {
+      if (client !== 'go') return WorkerProcess.start();
+      if (!goBin) throw new Error('--client go: the Go load generator is not built');
+      return GoWorkerProcess.start(goBin);
+    };
+    const procs = await Promise.allSettled(Array.from({ length: processes }, one));
+    const failed = procs.find((p): p is PromiseRejectedResult => p.status === 'rejected');
+    if (failed) {
+      for (const p of procs) if (p.status === 'fulfilled') p.value.close();
+      throw failed.reason;
+    }
+    return new LoadGenerator(procs.map((p) => (p as PromiseFulfilledResult<WorkerProcess | GoWorkerProcess>).value), client);
   }
 
   pids(): number[] {
@@ -90,7 +108,7 @@ export class LoadGenerator {
         const to = Math.min(count, from + per);
         return p.ask({
           type: 'preload',
-          client: this.client,
+          client: this.client === 'go' ? 'h2' : this.client, // ignored by the Go process
           endpoint,
           from,
           to,
@@ -127,7 +145,9 @@ export class LoadGenerator {
         const clientIds: number[] = [];
         for (let c = i; c < clients; c += this.procs.length) clientIds.push(c);
         if (clientIds.length === 0) return undefined;
-        const req: RunRequest = { type: 'run', client: this.client, workload, endpoints, clientIds, totalClients: clients, opts, startAt, measureAt, endAt };
+        const common = { type: 'run' as const, workload, endpoints, clientIds, totalClients: clients, opts, startAt, measureAt, endAt };
+        if (p instanceof GoWorkerProcess) return p.ask(goRequest(common));
+        const req: RunRequest = { ...common, client: this.client as ClientKind };
         return p.ask(req);
       }),
     );
@@ -138,4 +158,11 @@ export class LoadGenerator {
   close(): void {
     for (const p of this.procs) p.close();
   }
+}
+
+/** The Go process's run request: the workload's op by name, and the login of the -auth workloads. */
+function goRequest(req: Omit<RunRequest, 'client'>): GoRunRequest {
+  const w = workloadNamed(req.workload);
+  if (!w.go) throw new Error(`--client go does not run ${w.name}`);
+  return { ...req, op: w.go, ...(w.auth ? { auth: { user: BENCH_USER, password: BENCH_PASSWORD } } : {}) };
 }

@@ -4,10 +4,11 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { CLIENT_KINDS, KvClient, type ClientKind } from './kv-client.js';
+import { CLIENT_KINDS, KvClient } from './kv-client.js';
 import { enableAuth } from './auth.js';
 import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
-import { LoadGenerator } from './load.js';
+import { LoadGenerator, type LoadClient } from './load.js';
+import { buildGoLoadGenerator } from './go-client.js';
 import { describeMachine } from './machine.js';
 import { RATIO_NOTE, machineLine, ratios, table, writeDocs, type Report, type SystemResult, type WorkloadResult } from './report.js';
 import { REPO_ROOT, ensureEtcd, localObjectStore, startServer, type KvsObjectStore, type Server, type System } from './servers.js';
@@ -16,6 +17,10 @@ import { Tally, type Target } from './tally.js';
 import { CLUSTER_NODES, PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
 import { CLUSTER_WORKLOADS, RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
 import { startCluster, type BenchCluster } from './cluster.js';
+
+/** The workloads the Go load generator does not run (`--client go`). */
+const NOT_GO = [...WORKLOADS, ...RGW_WORKLOADS].filter((w) => !w.go).map((w) => w.name);
+const GO_RUNS = 'the put, get, mixed and range workloads, with their -auth, -store-* and cluster- variants';
 
 const HELP = `Usage: npx kvs bench [flags]     (or: npm run bench -- [flags])
 
@@ -41,8 +46,12 @@ workload), runs each workload against both in alternating rounds, prints a table
   --rgw                 also the workloads with kvs on Ceph RGW (${RGW_WORKLOADS.map((w) => w.name).join(',')}),
                         on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
   --load-processes <n>  load-generator processes (default 2)
-  --client h2|grpc-js   the load generator's gRPC channel: raw node:http2 (default, cheapest)
-                        or @grpc/grpc-js (several times the client CPU per call)
+  --client h2|grpc-js|go  the load generator's client: a gRPC channel on raw node:http2
+                        (default, cheapest of the Node ones), @grpc/grpc-js (several times the
+                        client CPU per call), or etcd's Go client clientv3 (bench/go; built on
+                        first use; needs Debian's golang-go and golang-etcd-server-dev): runs
+                        the put, get, mixed and range workloads and their -auth, -store-* and
+                        cluster- variants, not ${NOT_GO.join(', ')}
   --out <file>          JSON results file (default .bench/results-<timestamp>.json)
   --write-docs          rewrite the results section of docs/benchmarks.md
   -h, --help            this text
@@ -58,7 +67,7 @@ interface Settings {
   endpoints?: string[];
   systems: System[];
   loadProcesses: number;
-  client: ClientKind;
+  client: LoadClient;
   out: string;
   writeDocs: boolean;
   quick: boolean;
@@ -101,8 +110,9 @@ function settings(argv: string[]): Settings | undefined {
   const list = (s: string | undefined) => (s ?? '').split(',').map((x) => x.trim()).filter(Boolean);
   const systems = a.systems ? list(a.systems) : ['kvs', 'etcd'];
   for (const s of systems) if (s !== 'kvs' && s !== 'etcd') throw new Error(`--systems: unknown system '${s}'`);
-  const client = (a.client ?? 'h2') as ClientKind;
-  if (!CLIENT_KINDS.includes(client)) throw new Error(`--client must be one of ${CLIENT_KINDS.join(', ')}`);
+  const client = (a.client ?? 'h2') as LoadClient;
+  const clients: readonly LoadClient[] = [...CLIENT_KINDS, 'go'];
+  if (!clients.includes(client)) throw new Error(`--client must be one of ${clients.join(', ')}`);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   let workloads = a.workloads ? list(a.workloads).map(workload) : [...WORKLOADS, ...(a.rgw ? RGW_WORKLOADS : [])];
   if (a.endpoints) {
@@ -113,6 +123,13 @@ function settings(argv: string[]): Settings | undefined {
     const cluster = workloads.filter((w) => w.cluster);
     if (cluster.length && a.workloads) throw new Error(`${cluster.map((w) => w.name).join(', ')} start clusters of their own: not with --endpoints`);
     workloads = workloads.filter((w) => !w.auth && !w.cluster);
+  }
+  if (client === 'go') {
+    // The Go load generator implements some ops (Workload.go); the rest are not run with another client.
+    const notGo = workloads.filter((w) => !w.go);
+    if (notGo.length && a.workloads) throw new Error(`--client go does not run ${notGo.map((w) => w.name).join(', ')} (it runs ${GO_RUNS})`);
+    if (notGo.length) log(`--client go: leaving out ${notGo.map((w) => w.name).join(', ')} (the Go load generator does not run them)`);
+    workloads = workloads.filter((w) => w.go);
   }
   const needsRgw = workloads.filter((w) => w.objectStore === 'rgw');
   if (needsRgw.length && !a.rgw) throw new Error(`${needsRgw.map((w) => w.name).join(', ')} need --rgw (Ceph RGW)`);
@@ -252,6 +269,15 @@ async function main(): Promise<number> {
     return 2;
   }
   if (!s) return 0;
+  let goBin: string | undefined;
+  if (s.client === 'go') {
+    try {
+      goBin = buildGoLoadGenerator(log);
+    } catch (err) {
+      log((err as Error).message);
+      return 1;
+    }
+  }
   if (!s.endpoints && s.systems.includes('etcd')) ensureEtcd(log);
   const machine = describeMachine({ etcd: !s.endpoints });
   const report: Report = {
@@ -276,7 +302,7 @@ async function main(): Promise<number> {
   };
   log(machineLine(report));
 
-  const load = await LoadGenerator.start(s.loadProcesses, s.client);
+  const load = await LoadGenerator.start(s.loadProcesses, s.client, goBin);
   const preloaded = new Set<string>();
   let rgw: Rgw | undefined;
   const objectStore = async (w: Workload): Promise<KvsObjectStore | undefined> => {

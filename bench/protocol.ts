@@ -1,7 +1,9 @@
 // Messages between the main process and the load-generator processes (IPC, 'advanced'
-// serialization so latency arrays travel as typed arrays).
+// serialization so latency arrays travel as typed arrays). The Go load generator
+// (`--client go`, bench/go-client.ts) gets the same requests as JSON lines, each run request
+// with its op named (GoRunRequest), and answers in JSON lines too (latencies in base64).
 import type { ClientKind } from './kv-client.js';
-import type { WorkloadOptions } from './workload.js';
+import type { GoOp, WorkloadOptions } from './workload.js';
 
 export interface PreloadRequest {
   type: 'preload';
@@ -34,6 +36,13 @@ export interface RunRequest {
 }
 
 export type ToWorker = PreloadRequest | RunRequest;
+
+/** A run request for the Go load generator: it knows ops, not workloads. */
+export interface GoRunRequest extends Omit<RunRequest, 'client'> {
+  op: GoOp;
+  /** -auth workloads: clientv3 logs in as this user (and again if the token is refused). */
+  auth?: { user: string; password: string };
+}
 
 export interface RunResult {
   type: 'result';

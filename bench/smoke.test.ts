@@ -1,8 +1,9 @@
 // Smoke test of the benchmark suite: a --quick run of seq-put, seq-put-store-local (kvs on a
 // local-directory object store), seq-get and watch against kvs and etcd must produce a JSON report with positive throughput for both systems and ordered
 // percentiles; a --quick run of cluster-par-get (linearizable gets on a follower) and
-// cluster-failover (one kill -9 of the leader) against three-member clusters of both must too.
-// No timing thresholds: this checks the machinery, not the numbers.
+// cluster-failover (one kill -9 of the leader) against three-member clusters of both must too;
+// so must a --quick run with --client go (etcd's Go client as the load generator; skipped when
+// go is not installed). No timing thresholds: this checks the machinery, not the numbers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -10,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { goVersion } from './go-client.js';
 import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
@@ -112,4 +114,73 @@ test('kvs bench: the cluster workloads are not for --endpoints', async () => {
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   assert.equal(code, 2);
   assert.match(output, /cluster-seq-put start clusters of their own: not with --endpoints/);
+});
+
+// `--client go` (bench/go-client.ts, bench/go/src/kvsbench): etcd's clientv3 as the load
+// generator. CI need not install Go, so this one is skipped when `go` is not on PATH, and only
+// then; with go but without golang-etcd-server-dev it fails, with the message saying what to install.
+const GO = goVersion();
+
+test('bench --quick --client go runs seq-put, par-get, mixed and range with etcd\'s Go client against kvs and etcd', { timeout: 300_000, skip: GO ? false : 'go is not installed (apt-get install golang-go golang-etcd-server-dev to run it)' }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'results.json');
+
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  // The first build of the Go load generator takes ~45 s; later ones find it up to date.
+  const child = spawn(process.execPath, [MAIN, '--quick', '--client', 'go', '--workloads', 'seq-put,par-get,mixed,range', '--out', out], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (b: Buffer) => (output += b));
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
+
+  const report = JSON.parse(await readFile(out, 'utf8')) as Report;
+  assert.equal(report.settings.client, 'go');
+  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'par-get', 'mixed', 'range']);
+  for (const w of report.workloads) {
+    assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
+    for (const r of w.results) {
+      const what = `${w.workload} on ${r.system}`;
+      assert.equal(r.errors, 0, `${what}: ${r.firstError}`);
+      assert.ok(r.opsPerSec > 0, `${what}: ops/s ${r.opsPerSec}`);
+      assert.ok(r.bytes > 0, `${what}: bytes ${r.bytes}`);
+      const l = r.latencyMs!;
+      assert.ok(l.p50 > 0 && l.p50 <= l.p99 && l.p99 <= l.p999 && l.p999 <= l.max, `${what}: ${JSON.stringify(l)}`);
+      // The Go processes' CPU, from /proc/<pid>/stat as for the Node ones.
+      assert.ok(r.cpuSeconds.client > 0, `${what}: client CPU ${r.cpuSeconds.client}`);
+    }
+  }
+  // range's first response of each client is checked to hold 1,000 key-values; MB/s follows from bytes.
+  for (const r of report.workloads[3]!.results) assert.ok(r.metrics.mbPerSec! > 0, `range on ${r.system}: MB/s`);
+  assert.match(output, /go client/);
+});
+
+test('kvs bench --client go refuses the workloads it does not run, naming them', async () => {
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--client', 'go', '--workloads', 'seq-put,watch,size'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 2);
+  assert.match(output, /--client go does not run watch, size \(/);
+});
+
+test('kvs bench --client go without go says what to install', async (t) => {
+  // A PATH without go (node is started by its absolute path).
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-nogo-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const env: NodeJS.ProcessEnv = { ...process.env, PATH: dir };
+  delete env.NODE_TEST_CONTEXT;
+  const child = spawn(process.execPath, [MAIN, '--client', 'go', '--workloads', 'seq-put'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  assert.equal(code, 1);
+  assert.match(output, /--client go needs Debian's golang-go and golang-etcd-server-dev: apt-get install -y --no-install-recommends golang-go golang-etcd-server-dev \(no `go` on PATH\)/);
 });

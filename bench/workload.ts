@@ -83,6 +83,12 @@ export interface Metric {
   better: 'higher' | 'lower';
 }
 
+/**
+ * The op of a workload that the Go load generator (`--client go`, bench/go/src/kvsbench)
+ * implements, with the same semantics as the workload's `op`.
+ */
+export type GoOp = 'put' | 'get' | 'mixed' | 'range';
+
 export interface Workload {
   name: string;
   summary: string;
@@ -94,6 +100,8 @@ export interface Workload {
   preloadScale?: number;
   /** Builds one client's operation (load-generator process). */
   op?(ctx: OpContext): Op;
+  /** The same op in the Go load generator; without it, the workload does not run with `--client go`. */
+  go?: GoOp;
   /**
    * Without a timed phase: one trial (e.g. a failover), run `--failover-rounds` times per
    * system, the systems alternating (kvs, etcd, kvs, ...), in the main process. Returns its

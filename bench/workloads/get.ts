@@ -11,6 +11,7 @@ function get(name: string, clients: number): Workload {
     preload: true,
     op: ({ kv, opts }) =>
       checkFirst(() => kv.range(key(DATA_AREA, randomIndex(opts.preloadKeys))), (res) => expectKvs(res, 1)),
+    go: 'get',
   };
 }
 

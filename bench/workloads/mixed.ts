@@ -11,4 +11,5 @@ export const mixed: Workload = {
     const k = key(DATA_AREA, randomIndex(opts.preloadKeys));
     return Math.random() < 0.5 ? kv.range(k) : kv.put(k, value);
   },
+  go: 'mixed',
 };

@@ -16,6 +16,7 @@ function put(name: string, clients: number, objectStore?: ObjectStoreKind): Work
     clients,
     preload: false,
     op: ({ kv, opts, value }) => () => kv.put(key('put', randomIndex(opts.preloadKeys)), value),
+    go: 'put',
     ...(objectStore ? { objectStore } : {}),
   };
 }

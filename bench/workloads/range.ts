@@ -17,6 +17,7 @@ export const range: Workload = {
       return kv.range(key(DATA_AREA, i), { rangeEnd: key(DATA_AREA, i + n) });
     }, (res) => expectKvs(res, n));
   },
+  go: 'range',
   measure: async (_target, run) => ({ mbPerSec: run.durationS > 0 ? run.bytes / run.durationS / 1e6 : 0 }),
   metrics: [{ key: 'mbPerSec', label: 'MB/s', format: (v) => `${v.toFixed(1)} MB/s`, better: 'higher' }],
 };
