@@ -16,11 +16,12 @@ export class TooFarBehindError extends Error {
 }
 
 /**
- * Hands storage every uploaded record past what it has applied; returns how many. Records it
- * holds staged are sent too: storage keeps those that match and drops its own from the first
- * that differs (the object store's history wins over entries never seen committed).
+ * Hands storage every uploaded record past what it has applied (through `through`, when given);
+ * returns how many. Records it holds staged are sent too: storage keeps those that match and
+ * drops its own from the first that differs (the object store's history wins over entries never
+ * seen committed).
  */
-export async function catchUpFromStore(store: ObjectStore, storage: StorageSide, log: Logger): Promise<number> {
+export async function catchUpFromStore(store: ObjectStore, storage: StorageSide, log: Logger, through?: number): Promise<number> {
   const have = Math.max(storage.progress.appliedThrough, storage.progress.durableThrough);
   const from = BigInt(storage.progress.appliedThrough) + 1n;
   const objects = await listWalSegments(store, { after: from - 1n });
@@ -45,6 +46,7 @@ export async function catchUpFromStore(store: ObjectStore, storage: StorageSide,
     await storage.committedEntries(first, last, frames);
   };
   for await (const rec of uploadedRecords(store, objects, from)) {
+    if (through !== undefined && rec.index > BigInt(through)) break;
     chunk.push(rec);
     bytes += rec.payload.length;
     if (bytes >= CHUNK_BYTES) await send();

@@ -217,8 +217,16 @@ class PeerNode {
     await this.storage.whenAttached(signal);
     // What a previous leader acknowledged while this node was cut off is in the object store.
     await this.storage.setRole(Role.UNKNOWN, held.record.term);
+    // Where the store's history ends now: this node catches up to exactly there, and its term
+    // begins right after. Reading it again for the term's start would let a deposed leader's
+    // upload that lands in between (records it never acknowledged, e.g. a WAL segment it sealed
+    // on waking from a pause) into the history below the start, though this node never had
+    // them: its own records at those indices would then be cut instead (found by `npm run
+    // chaos -- --nemesis pause`: a follower that caught up from the store missed an
+    // acknowledged write).
+    const position = await storedPosition(this.store);
     try {
-      await catchUpFromStore(this.store, this.storage, this.log);
+      await catchUpFromStore(this.store, this.storage, this.log, position);
     } catch (err) {
       if (!(err instanceof TooFarBehindError)) throw err;
       // It cannot lead without the history gc removed: it gives the lock up (another node may
@@ -229,7 +237,7 @@ class PeerNode {
       await sleep(this.retryMs, signal);
       return;
     }
-    const termStart = await this.recordTermStart(held.record.term);
+    const termStart = await this.recordTermStart(held.record.term, position);
     const l = new Leadership({
       self: this.self, lock: this.lock, held, storage: this.storage, board: this.board, log: this.log,
       bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, termStart,
@@ -251,13 +259,13 @@ class PeerNode {
 
   /**
    * term/<term>-<start>.json, before this leader serves: its term takes the log over right after
-   * what the object store holds now (this node has all of that, caught up above). A deposed
+   * `position`, where the object store's history ended when this node caught up to it. A deposed
    * leader's uploads that land later, at or past that index, are then not history
    * (shared/objectstore/wal-history.ts): it never acknowledged them, for its lock touches
    * stopped a liveness TTL before this node could take over.
    */
-  private async recordTermStart(term: number): Promise<number> {
-    const startIndex = BigInt(await storedPosition(this.store)) + 1n;
+  private async recordTermStart(term: number, position: number): Promise<number> {
+    const startIndex = BigInt(position) + 1n;
     const record: TermStart = { term, startIndex: Number(startIndex), nodeId: this.self.nodeId, createdAt: new Date().toISOString() };
     try {
       await this.store.put(termStartKey(term, startIndex), Buffer.from(JSON.stringify(record)), { ifNoneMatch: '*' });

@@ -108,15 +108,27 @@ async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logge
 }
 
 /**
- * Cluster mode: uploads are asynchronous and made only while this node leads (segments as they
- * are sealed, and at election what the object store lacks); a follower's WAL is trimmed once
- * LMDB holds it and it is older than the last --peer-buffer-size entries.
+ * Cluster mode: uploads are asynchronous and made only while this node leads (at each seal,
+ * the WAL through what is committed, and at election what the object store lacks); a
+ * follower's WAL is trimmed once LMDB holds it and it is older than the last
+ * --peer-buffer-size entries. A sealed segment may end in records not yet committed (appended
+ * before the followers' ACKs): those wait for a later upload. Uploaded, they would be history
+ * to a node that catches up from the store, though this leader may never acknowledge them.
  */
 async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger, engine: () => Engine | undefined): Promise<EngineOptions> {
   reportState('waiting for the archiver');
   await link.ready();
   const leading = () => engine()?.role === 'leader';
-  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => leading() && uploadSegment(seg, link, log) });
+  let uploading = Promise.resolve();
+  const uploadCommitted = () => {
+    uploading = uploading
+      .then(() => {
+        const e = engine();
+        if (e?.role === 'leader') return uploadWalTail(wal, link, log, BigInt(e.appliedIndex));
+      })
+      .catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next seal or election uploads it'));
+  };
+  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: () => leading() && uploadCommitted() });
   return {
     wal,
     // A follower keeps the last --peer-buffer-size entries past what LMDB holds: should it lead,
