@@ -15,6 +15,18 @@ import { goVersion } from './go-client.js';
 import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
+
+/** Runs `node <script> ...args` as a user would (not as a test file); its exit code and its output. */
+async function run(script: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; output: string }> {
+  const childEnv = { ...env };
+  delete childEnv.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
+  const child = spawn(process.execPath, [script, ...args], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (b: Buffer) => (output += b));
+  child.stderr.on('data', (b: Buffer) => (output += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  return { code, output };
+}
 const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
 
 test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against kvs and etcd', { timeout: 90_000 }, async (t) => {
@@ -22,16 +34,7 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'results.json');
 
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
-  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'seq-put,seq-put-store-local,seq-get,watch', '--out', out], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (b: Buffer) => (output += b));
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(MAIN, ['--quick', '--workloads', 'seq-put,seq-put-store-local,seq-get,watch', '--out', out]);
   assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
 
   const report = JSON.parse(await readFile(out, 'utf8')) as Report;
@@ -56,12 +59,7 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
 });
 
 test('kvs bench: the RGW workloads need --rgw', async () => {
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--workloads', 'seq-put-store-rgw'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(KVS_BIN, ['bench', '--workloads', 'seq-put-store-rgw']);
   assert.equal(code, 2);
   assert.match(output, /seq-put-store-rgw need --rgw \(Ceph RGW\)/);
 });
@@ -71,16 +69,7 @@ test('bench --quick runs cluster-par-get and cluster-failover against 3-member k
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'results.json');
 
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [MAIN, '--quick', '--workloads', 'cluster-par-get,cluster-failover', '--out', out], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (b: Buffer) => (output += b));
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(MAIN, ['--quick', '--workloads', 'cluster-par-get,cluster-failover', '--out', out]);
   assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
 
   const report = JSON.parse(await readFile(out, 'utf8')) as Report;
@@ -106,12 +95,7 @@ test('bench --quick runs cluster-par-get and cluster-failover against 3-member k
 });
 
 test('kvs bench: the cluster workloads are not for --endpoints', async () => {
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--endpoints', '127.0.0.1:1', '--workloads', 'cluster-seq-put'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(KVS_BIN, ['bench', '--endpoints', '127.0.0.1:1', '--workloads', 'cluster-seq-put']);
   assert.equal(code, 2);
   assert.match(output, /cluster-seq-put start clusters of their own: not with --endpoints/);
 });
@@ -126,17 +110,8 @@ test('bench --quick --client go runs seq-put, par-get, mixed and range with etcd
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'results.json');
 
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT;
   // The first build of the Go load generator takes ~45 s; later ones find it up to date.
-  const child = spawn(process.execPath, [MAIN, '--quick', '--client', 'go', '--workloads', 'seq-put,par-get,mixed,range', '--out', out], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (b: Buffer) => (output += b));
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(MAIN, ['--quick', '--client', 'go', '--workloads', 'seq-put,par-get,mixed,range', '--out', out]);
   assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
 
   const report = JSON.parse(await readFile(out, 'utf8')) as Report;
@@ -161,12 +136,7 @@ test('bench --quick --client go runs seq-put, par-get, mixed and range with etcd
 });
 
 test('kvs bench --client go refuses the workloads it does not run, naming them', async () => {
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [KVS_BIN, 'bench', '--client', 'go', '--workloads', 'seq-put,watch,size'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(KVS_BIN, ['bench', '--client', 'go', '--workloads', 'seq-put,watch,size']);
   assert.equal(code, 2);
   assert.match(output, /--client go does not run watch, size \(/);
 });
@@ -175,12 +145,7 @@ test('kvs bench --client go without go says what to install', async (t) => {
   // A PATH without go (node is started by its absolute path).
   const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-nogo-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
-  const env: NodeJS.ProcessEnv = { ...process.env, PATH: dir };
-  delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [MAIN, '--client', 'go', '--workloads', 'seq-put'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stderr.on('data', (b: Buffer) => (output += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const { code, output } = await run(MAIN, ['--client', 'go', '--workloads', 'seq-put'], { ...process.env, PATH: dir });
   assert.equal(code, 1);
   assert.match(output, /--client go needs Debian's golang-go and golang-etcd-server-dev: apt-get install -y --no-install-recommends golang-go golang-etcd-server-dev \(no `go` on PATH\)/);
 });
