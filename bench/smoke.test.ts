@@ -16,6 +16,16 @@ import type { Report } from './report.js';
 
 const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
 
+type Result = Report['workloads'][number]['results'][number];
+
+/** A timed workload's result: no errors, some throughput, ordered latency percentiles. */
+function assertMeasured(r: Result, what: string): void {
+  assert.equal(r.errors, 0, `${what}: ${r.firstError}`);
+  assert.ok(r.opsPerSec > 0, `${what}: ops/s ${r.opsPerSec}`);
+  const l = r.latencyMs!;
+  assert.ok(l.p50 > 0 && l.p50 <= l.p99 && l.p99 <= l.p999 && l.p999 <= l.max, `${what}: ${JSON.stringify(l)}`);
+}
+
 /** Runs `node <script> ...args` as a user would (not as a test file); its exit code and its output. */
 async function run(script: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; output: string }> {
   const childEnv = { ...env };
@@ -46,10 +56,7 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
     assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
     for (const r of w.results) {
       const what = `${w.workload} on ${r.system}`;
-      assert.equal(r.errors, 0, `${what}: ${r.firstError}`);
-      assert.ok(r.opsPerSec > 0, `${what}: ops/s ${r.opsPerSec}`);
-      const l = r.latencyMs!;
-      assert.ok(l.p50 > 0 && l.p50 <= l.p99 && l.p99 <= l.p999 && l.p999 <= l.max, `${what}: ${JSON.stringify(l)}`);
+      assertMeasured(r, what);
       assert.ok(r.cpuSeconds.server !== null && r.cpuSeconds.server >= 0, `${what}: server CPU`);
     }
     assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
@@ -121,11 +128,8 @@ test('bench --quick --client go runs seq-put, par-get, mixed and range with etcd
     assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
     for (const r of w.results) {
       const what = `${w.workload} on ${r.system}`;
-      assert.equal(r.errors, 0, `${what}: ${r.firstError}`);
-      assert.ok(r.opsPerSec > 0, `${what}: ops/s ${r.opsPerSec}`);
+      assertMeasured(r, what);
       assert.ok(r.bytes > 0, `${what}: bytes ${r.bytes}`);
-      const l = r.latencyMs!;
-      assert.ok(l.p50 > 0 && l.p50 <= l.p99 && l.p99 <= l.p999 && l.p999 <= l.max, `${what}: ${JSON.stringify(l)}`);
       // The Go processes' CPU, from /proc/<pid>/stat as for the Node ones.
       assert.ok(r.cpuSeconds.client > 0, `${what}: client CPU ${r.cpuSeconds.client}`);
     }
