@@ -13,6 +13,8 @@ export interface RunOptions {
   durationMs?: number;
   /** Or after this many cases. */
   maxCases?: number;
+  /** But not before this many (a seed that draws slow cases still runs enough of them). */
+  minCases?: number;
   /** Run just these case indices (a replay). */
   only?: number[];
   /** Connections at once. */
@@ -83,7 +85,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
   const deadline = opts.durationMs !== undefined ? performance.now() + opts.durationMs : Infinity;
   const draw = (): number | undefined => {
     if (queue) return queue.shift();
-    if (performance.now() >= deadline || (opts.maxCases !== undefined && next >= opts.maxCases)) return undefined;
+    if ((performance.now() >= deadline && next >= (opts.minCases ?? 0)) || (opts.maxCases !== undefined && next >= opts.maxCases)) return undefined;
     return next++;
   };
 
