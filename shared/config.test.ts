@@ -70,3 +70,34 @@ test('automatic compaction: each mode with its flags and defaults; anything else
   ];
   for (const [opts, re] of refused) assert.throws(() => ac(opts), re, JSON.stringify(opts));
 });
+
+test('--cpu-affinity: CPU numbers and ranges below the machine\'s CPU count, kept in the kernel\'s list form', async () => {
+  const { checkCpuList, formatCpuList, cpuCount } = await import('./config.js');
+  assert.deepEqual(checkCpuList('0', 2), [0]);
+  assert.deepEqual(checkCpuList('0,1', 2), [0, 1]);
+  assert.deepEqual(checkCpuList('0-1', 2), [0, 1]);
+  assert.deepEqual(checkCpuList('6,0-3, 2', 8), [0, 1, 2, 3, 6]);
+  assert.equal(formatCpuList([0, 1, 2, 3, 6]), '0-3,6');
+  assert.equal(formatCpuList([1]), '1');
+  const refused: [string, number, RegExp][] = [
+    ['2', 2, /^Error: --cpu-affinity: "2" names CPU 2, which does not exist \(valid CPUs on this machine: 0-1\)$/],
+    ['0,1-4', 4, /"1-4" names CPU 4, which does not exist \(valid CPUs on this machine: 0-3\)/],
+    ['1', 1, /valid CPUs on this machine: 0\)/],
+    ['1-0', 2, /range "1-0" ends before it starts/],
+    ['a', 2, /"a" in "a" is not a CPU number or a range such as 0-1 \(valid CPUs on this machine: 0-1\)/],
+    ['0,', 2, /"" in "0," is not a CPU number/],
+    ['-1', 2, /"-1" in "-1" is not a CPU number/],
+    ['0:2', 2, /"0:2"/],
+    ['1.5', 2, /"1.5"/],
+  ];
+  for (const [list, cpus, re] of refused) assert.throws(() => checkCpuList(list, cpus), re, list);
+  // Through resolveConfig: off by default; mri makes `--cpu-affinity 0` the number 0; the list
+  // is checked against this machine's CPUs and normalized.
+  assert.equal(resolveConfig({}, {}).cpuAffinity, undefined);
+  assert.equal(resolveConfig({ 'cpu-affinity': 0 }, {}).cpuAffinity, '0');
+  assert.equal(resolveConfig({}, { KVS_CPU_AFFINITY: '0,0' }).cpuAffinity, '0');
+  const n = cpuCount();
+  assert.equal(resolveConfig({ 'cpu-affinity': `0-${n - 1}` }, {}).cpuAffinity, n === 1 ? '0' : `0-${n - 1}`);
+  assert.throws(() => resolveConfig({ 'cpu-affinity': n }, {}), new RegExp(`--cpu-affinity: "${n}" names CPU ${n}, which does not exist`));
+  assert.throws(() => resolveConfig({ 'cpu-affinity': true }, {}), /--cpu-affinity needs a value/);
+});

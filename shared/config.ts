@@ -1,5 +1,6 @@
 // Every flag of `kvs run` (and of the components, which take the same flags), with its
 // KVS_* environment variable. Precedence: command line, then environment, then default.
+import os from 'node:os';
 import path from 'node:path';
 import { parseDuration } from './duration.js';
 import { clientTlsFiles } from './grpc/client-tls.js';
@@ -55,6 +56,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('client-tls-cert', 'string', 'PEM certificate (chain) of the client port; with --client-tls-key the port speaks TLS only (re-read when the file changes)'),
   flag('client-tls-key', 'string', 'PEM private key of --client-tls-cert'),
   flag('client-tls-ca', 'string', 'PEM CA bundle; clients must present a certificate it signed (mutual TLS)'),
+  flag('cpu-affinity', 'string', 'CPUs the supervisor pins every component process to, in taskset syntax (0, 0,1, 0-1); needs util-linux taskset on PATH; off when not given'),
   flag('advertise-client', 'string', 'Client URL other nodes and member list show for this node (default: from --listen)'),
   // Cluster mode (docs/cluster.md): on when --peer-listen is given.
   flag('peer-listen', 'string', 'Peer listen address, host:port; turns on cluster mode (needs --s3-bucket and a unique --node-id)'),
@@ -106,6 +108,8 @@ export interface Config {
   clientTlsCert?: string;
   clientTlsKey?: string;
   clientTlsCa?: string;
+  /** CPU list (taskset -c syntax) the supervisor pins every component to; unset: no pinning. */
+  cpuAffinity?: string;
   advertiseClient?: string;
   peerListen?: string;
   advertisePeer?: string;
@@ -167,8 +171,47 @@ export function resolveConfig(opts: Record<string, unknown>, env: NodeJS.Process
   cfg.authToken = formatAuthToken(authToken);
   const tlsFiles = clientTlsFiles(cfg);
   if (tlsFiles) Object.assign(cfg, { clientTlsCert: tlsFiles.cert, clientTlsKey: tlsFiles.key, clientTlsCa: tlsFiles.ca });
+  if (cfg.cpuAffinity !== undefined) cfg.cpuAffinity = formatCpuList(checkCpuList(cfg.cpuAffinity));
   checkCluster(cfg);
   return cfg;
+}
+
+/** CPUs of this machine, numbered 0 to cpuCount() - 1. */
+export function cpuCount(): number {
+  return os.cpus().length || os.availableParallelism();
+}
+
+/**
+ * Checks a --cpu-affinity list (taskset -c syntax without strides: CPU numbers and ranges such
+ * as `0`, `0,1`, `0-3,6`) against the CPUs of this machine (`cpus`, default cpuCount()); throws,
+ * naming the bad entry and the valid range. Returns the CPUs, ascending, without repeats.
+ */
+export function checkCpuList(list: string, cpus = cpuCount()): number[] {
+  const valid = `valid CPUs on this machine: ${cpus === 1 ? '0' : `0-${cpus - 1}`}`;
+  const out = new Set<number>();
+  for (const raw of list.split(',')) {
+    const entry = raw.trim();
+    const m = /^(\d+)(?:-(\d+))?$/.exec(entry);
+    if (!m) throw new Error(`--cpu-affinity: "${entry}" in "${list}" is not a CPU number or a range such as 0-1 (${valid})`);
+    const from = Number(m[1]);
+    const to = m[2] === undefined ? from : Number(m[2]);
+    if (to < from) throw new Error(`--cpu-affinity: range "${entry}" ends before it starts (${valid})`);
+    if (to >= cpus) throw new Error(`--cpu-affinity: "${entry}" names CPU ${to}, which does not exist (${valid})`);
+    for (let c = from; c <= to; c++) out.add(c);
+  }
+  return [...out].sort((a, b) => a - b);
+}
+
+/** CPUs as the kernel lists them (Cpus_allowed_list): ascending, runs as ranges, e.g. `0-2,5`. */
+export function formatCpuList(cpus: number[]): string {
+  const parts: string[] = [];
+  for (let i = 0; i < cpus.length; ) {
+    let j = i;
+    while (j + 1 < cpus.length && cpus[j + 1] === cpus[j]! + 1) j++;
+    parts.push(j === i ? String(cpus[i]) : `${cpus[i]}-${cpus[j]}`);
+    i = j + 1;
+  }
+  return parts.join(',');
 }
 
 /** Cluster mode: on when --peer-listen is given. */

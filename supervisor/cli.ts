@@ -1,5 +1,8 @@
 // The `kvs` command line.
 import sade from 'sade';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import { RUN_FLAGS, resolveConfig, socketPath, type Config } from '../shared/config.js';
 import { service } from '../shared/proto/index.js';
@@ -34,13 +37,41 @@ withRunFlags(prog.command('run').describe('Start a node: the supervisor and its 
   .example('run')
   .example('run --data-dir /var/lib/kvs --listen 0.0.0.0:3379')
   .action(async (opts: Record<string, unknown>) => {
+    const cfg = config(opts);
+    const taskset = cfg.cpuAffinity ? checkTaskset(cfg.cpuAffinity) : undefined;
     try {
-      await new Supervisor(config(opts)).run();
+      await new Supervisor(cfg, { taskset }).run();
     } catch (err) {
       if (err instanceof DataDirHeldError) fail(err);
       throw err;
     }
   });
+
+/**
+ * --cpu-affinity: the absolute path of util-linux `taskset` on PATH, once it has run node on
+ * those CPUs; otherwise the node does not start (exit 2), saying why.
+ */
+function checkTaskset(cpus: string): string {
+  const found = (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .filter((dir) => dir !== '')
+    .map((dir) => path.resolve(dir, 'taskset'))
+    .find((file) => {
+      try {
+        fs.accessSync(file, fs.constants.X_OK);
+        return fs.statSync(file).isFile();
+      } catch {
+        return false;
+      }
+    });
+  if (!found) fail(`--cpu-affinity ${cpus} needs taskset (util-linux; Debian package util-linux) on PATH, and there is none on ${process.env.PATH ?? '(PATH unset)'}`);
+  const r = spawnSync(found, ['-c', cpus, process.execPath, '-e', ''], { encoding: 'utf8', stdio: ['ignore', 'ignore', 'pipe'], timeout: 30_000 });
+  if (r.status !== 0) {
+    const why = r.error?.message ?? (r.stderr.trim() || (r.signal ? `signal ${r.signal}` : `exit code ${r.status}`));
+    fail(`--cpu-affinity ${cpus}: ${found} -c ${cpus} cannot run node: ${why}`);
+  }
+  return found;
+}
 
 withRunFlags(
   prog

@@ -41,6 +41,12 @@ export class Component {
     private readonly args: string[],
     private readonly log: Logger,
     private readonly onReady: (c: Component) => void = () => {},
+    /**
+     * A command that runs the component's command line (its own arguments first), such as
+     * `taskset -c 0`: it must exec the component in place, so that the pid, the signals sent to
+     * it and the IPC channel (an inherited fd) are the component's own.
+     */
+    private readonly launcher: string[] = [],
   ) {}
 
   /** The component asked for its node's data to be restored from the latest checkpoint. */
@@ -57,7 +63,8 @@ export class Component {
   private spawn(): void {
     this.state = 'starting';
     this.startedAt = Date.now();
-    const child = execa(process.execPath, [KVS_BIN, 'component', this.name, ...this.args], {
+    const [file, ...args] = [...this.launcher, process.execPath, KVS_BIN, 'component', this.name, ...this.args];
+    const child = execa(file!, args, {
       ipc: true,
       serialization: 'json',
       stdin: 'ignore',

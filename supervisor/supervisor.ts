@@ -25,6 +25,11 @@ const METRICS_TIMEOUT_MS = 2000;
  */
 export const COMPONENTS = ['archiver', 'peer', 'storage', 'gateway'] as const;
 
+export interface SupervisorOptions {
+  /** Absolute path of util-linux taskset, for --cpu-affinity (cli.ts checkTaskset). */
+  taskset?: string;
+}
+
 export class Supervisor {
   readonly components: Component[];
   private readonly log: Logger;
@@ -35,11 +40,20 @@ export class Supervisor {
   /** Every component has been ready once: the node has started. */
   private started = false;
 
-  constructor(private readonly cfg: Config) {
+  constructor(
+    private readonly cfg: Config,
+    opts: SupervisorOptions = {},
+  ) {
     this.log = createLogger('supervisor', cfg.logLevel, cfg.logFormat);
     const args = configArgs(cfg);
     const cluster = clusterMode(cfg);
-    this.components = COMPONENTS.filter((name) => (name !== 'archiver' || cfg.s3Bucket) && (name !== 'peer' || cluster)).map((name) => new Component(name, args, this.log));
+    // --cpu-affinity: every start and restart of a component goes through `taskset -c LIST`,
+    // which sets the affinity and execs node (same pid; its threads inherit the mask).
+    if (cfg.cpuAffinity && !opts.taskset) throw new Error('--cpu-affinity needs the path of taskset');
+    const launcher = cfg.cpuAffinity ? [opts.taskset!, '-c', cfg.cpuAffinity] : [];
+    this.components = COMPONENTS.filter((name) => (name !== 'archiver' || cfg.s3Bucket) && (name !== 'peer' || cluster)).map(
+      (name) => new Component(name, args, this.log, undefined, launcher),
+    );
     // Owners without a process on this node are exported by the supervisor (at zero, or `single`).
     this.registry = M.processRegistry('supervisor', [...(cfg.s3Bucket ? [] : ['archiver' as const]), ...(cluster ? [] : ['peer' as const])]);
     if (!cluster) M.role.set({ role: 'single' }, 1);
@@ -89,6 +103,7 @@ export class Supervisor {
     // Up before the components, so /readyz tells "not ready" during a restore or WAL replay.
     if (this.cfg.metricsAddr) await this.serveObservability(this.cfg.metricsAddr);
     await this.serveControl();
+    if (this.cfg.cpuAffinity) this.log.info({ cpuAffinity: this.cfg.cpuAffinity }, `components run on CPUs ${this.cfg.cpuAffinity} (taskset)`);
     try {
       for (const c of this.components) await c.start();
     } catch (err) {
