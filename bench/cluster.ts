@@ -14,6 +14,7 @@ import { freePorts } from '../integration/loopback.js';
 import { KvClient } from './kv-client.js';
 import { key, value } from './keys.js';
 import { processTree, pssBytes, rssBytes } from './proc.js';
+import { scrapeFsyncs } from './fsyncs.js';
 import { ETCD_BIN, KVS_BIN, REPO_ROOT, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
 import type { ClusterControl } from './workload.js';
 
@@ -34,6 +35,8 @@ class Member {
     readonly dataDir: string,
     private readonly command: string,
     private readonly args: string[],
+    /** Its Prometheus metrics (kvs: --metrics-addr; etcd: the client URL). */
+    readonly metricsUrl: string,
   ) {}
 
   private get group(): boolean {
@@ -212,6 +215,7 @@ function makeCluster(system: System, members: Member[], dirs: string[]): BenchCl
           return all.reduce((a, b) => ({ db: a.db + b.db, wal: a.wal + b.wal, dbApparent: a.dbApparent + b.dbApparent, walApparent: a.walApparent + b.walApparent }));
         },
         output: () => cluster.output(),
+        fsyncs: () => scrapeFsyncs(system, running().map((m) => m.metricsUrl)),
         stop: () => cluster.stop(),
       };
     },
@@ -230,7 +234,7 @@ async function kvsCluster(n: number, extra: string[]): Promise<BenchCluster> {
   const dirs: string[] = [];
   const objects = await tempDir('kvs-bench-objects-');
   dirs.push(objects);
-  const ports = await freePorts(2 * n);
+  const ports = await freePorts(3 * n);
   const members: Member[] = [];
   for (let i = 0; i < n; i++) {
     const name = `n${i + 1}`;
@@ -241,9 +245,10 @@ async function kvsCluster(n: number, extra: string[]): Promise<BenchCluster> {
     // defaults). In cluster mode a batch is acknowledged once it is durable on the leader and
     // on every connected follower; with a follower missing, once it is in the object store;
     // sealed WAL segments are uploaded in the background (--wal-sync-upload does not apply).
-    const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--node-id', name, '--peer-listen', `127.0.0.1:${ports[2 * i + 1]}`];
+    const metricsAddr = `127.0.0.1:${ports[2 * n + i]}`;
+    const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--node-id', name, '--peer-listen', `127.0.0.1:${ports[2 * i + 1]}`, '--metrics-addr', metricsAddr];
     args.push('--s3-endpoint', pathToFileURL(objects).href, '--s3-bucket', 'b', '--s3-prefix', 'cluster/', ...extra);
-    members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args));
+    members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args, `http://${metricsAddr}/metrics`));
   }
   const cluster = makeCluster('kvs', members, dirs);
   try {
@@ -288,7 +293,7 @@ async function etcdCluster(n: number): Promise<BenchCluster> {
       '--logger=zap',
       '--log-outputs=stderr',
     ];
-    members.push(new Member('etcd', name, `127.0.0.1:${ports[2 * i]}`, dataDir, ETCD_BIN, args));
+    members.push(new Member('etcd', name, `127.0.0.1:${ports[2 * i]}`, dataDir, ETCD_BIN, args, `${clientUrl}/metrics`));
   }
   const cluster = makeCluster('etcd', members, dirs);
   try {
@@ -341,7 +346,7 @@ async function takesWrites(c: BenchCluster): Promise<void> {
 
 /**
  * Starts an n-member cluster of `system` and waits until every member names one leader.
- * `kvsArgs`: more flags for every kvs node (for experiments; the bench itself passes none).
+ * `kvsArgs`: more flags for every kvs node (--kvs-flags).
  */
 export async function startCluster(system: System, n: number, kvsArgs: string[] = []): Promise<BenchCluster> {
   for (let attempt = 1; ; attempt++) {

@@ -123,7 +123,7 @@ export class LoadGenerator {
   /**
    * Runs `clients` clients of `workload` (client i in process i % processes): warm-up, then
    * the measured window. `atBoundary` is called at the start and at the end of the window
-   * (for CPU samples).
+   * (for CPU samples); the window's boundaries are awaited when it returns a promise.
    */
   async run(
     workload: string,
@@ -131,7 +131,7 @@ export class LoadGenerator {
     clients: number,
     opts: WorkloadOptions,
     timing: Timing,
-    atBoundary: (which: 'start' | 'end') => void,
+    atBoundary: (which: 'start' | 'end') => void | Promise<void>,
   ): Promise<RunOutcome> {
     const startAt = Date.now() + (timing.leadMs ?? 300); // time to connect
     const measureAt = startAt + timing.warmupMs;

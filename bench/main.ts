@@ -45,6 +45,8 @@ workload), runs each workload against both in alternating rounds, prints a table
   --systems kvs,etcd    which servers to start (default both)
   --rgw                 also the workloads with kvs on Ceph RGW (${RGW_WORKLOADS.map((w) => w.name).join(',')}),
                         on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
+  --kvs-flags="<flags>" more flags for every \`kvs run\` the bench starts, split on spaces
+                        (e.g. --kvs-flags="--log-level warn"; for A/B tests of a server flag)
   --load-processes <n>  load-generator processes (default 2)
   --client h2|grpc-js|go  the load generator's client: a gRPC channel on raw node:http2
                         (default, cheapest of the Node ones), @grpc/grpc-js (several times the
@@ -67,6 +69,8 @@ interface Settings {
   endpoints?: string[];
   systems: System[];
   loadProcesses: number;
+  /** --kvs-flags, split on spaces. */
+  kvsFlags: string[];
   client: LoadClient;
   out: string;
   writeDocs: boolean;
@@ -95,6 +99,7 @@ function settings(argv: string[]): Settings | undefined {
       endpoints: { type: 'string' },
       systems: { type: 'string' },
       'load-processes': { type: 'string' },
+      'kvs-flags': { type: 'string' },
       client: { type: 'string' },
       out: { type: 'string' },
       'write-docs': { type: 'boolean', default: false },
@@ -131,6 +136,8 @@ function settings(argv: string[]): Settings | undefined {
     if (notGo.length) log(`--client go: leaving out ${notGo.map((w) => w.name).join(', ')} (the Go load generator does not run them)`);
     workloads = workloads.filter((w) => w.go);
   }
+  const kvsFlags = (a['kvs-flags'] ?? '').split(/\s+/).filter(Boolean);
+  if (kvsFlags.length && a.endpoints) throw new Error('--kvs-flags: not with --endpoints (no kvs is started)');
   const needsRgw = workloads.filter((w) => w.objectStore === 'rgw');
   if (needsRgw.length && !a.rgw) throw new Error(`${needsRgw.map((w) => w.name).join(', ')} need --rgw (Ceph RGW)`);
   return {
@@ -143,6 +150,7 @@ function settings(argv: string[]): Settings | undefined {
     ...(a.endpoints ? { endpoints: list(a.endpoints) } : {}),
     systems: systems as System[],
     loadProcesses: Math.round(positive('load-processes', a['load-processes'], 2)),
+    kvsFlags,
     client,
     out: path.resolve(a.out ?? path.join(REPO_ROOT, '.bench', `results-${stamp}.json`)),
     writeDocs: a['write-docs'],
@@ -295,6 +303,7 @@ async function main(): Promise<number> {
       parallelClients: PARALLEL,
       loadProcesses: s.loadProcesses,
       client: s.client,
+      ...(s.kvsFlags.length ? { kvsFlags: s.kvsFlags } : {}),
       ...(s.endpoints ? { endpoints: s.endpoints } : {}),
     },
     machine,
@@ -331,7 +340,7 @@ async function main(): Promise<number> {
           targets = [];
           for (const system of s.systems) {
             const t0 = Date.now();
-            const c = await startCluster(system, CLUSTER_NODES).catch(async (err: Error & { output?: string }) => {
+            const c = await startCluster(system, CLUSTER_NODES, s.kvsFlags).catch(async (err: Error & { output?: string }) => {
               if (err.output) await saveLog(s, w, system, err.output);
               throw err;
             });
@@ -351,7 +360,7 @@ async function main(): Promise<number> {
           }
         } else {
           // Fresh servers for each workload: no history or garbage from earlier workloads.
-          for (const system of s.systems) servers.push(await startServer(system, system === 'kvs' ? await objectStore(w) : undefined));
+          for (const system of s.systems) servers.push(await startServer(system, system === 'kvs' ? await objectStore(w) : undefined, s.kvsFlags));
           targets = servers.map((server) => ({ name: server.system, endpoints: [server.endpoint], server }));
         }
         wr.results = await runWorkload(w, targets, load, s, preloaded);

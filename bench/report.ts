@@ -23,6 +23,16 @@ export interface SystemResult {
   cpuSeconds: { server: number | null; client: number; byServerProcess?: Record<string, number> };
   /** Resident memory of the server's processes at the end (null when remote). */
   rssBytes: number | null;
+  /**
+   * Write workloads (Workload.fsyncs) on servers started here: the WAL fsyncs in the measured
+   * windows, from the server's metrics (kvs_wal_fsync_duration_seconds_count,
+   * etcd_disk_wal_fsync_duration_seconds_count; a cluster: all members' summed), per second, and
+   * requests per fsync (null without fsyncs). null for the other workloads, with --endpoints,
+   * and when a scrape failed.
+   */
+  fsyncs: number | null;
+  fsyncsPerSec: number | null;
+  opsPerFsync: number | null;
   /** Workload-specific numbers (e.g. mbPerSec, bytesPerKey). */
   metrics: Record<string, number>;
 }
@@ -52,6 +62,8 @@ export interface Report {
     parallelClients: number;
     loadProcesses: number;
     client: string;
+    /** --kvs-flags: the extra flags every `kvs run` of the run had. */
+    kvsFlags?: string[];
     endpoints?: string[];
   };
   machine: Machine;
@@ -89,9 +101,10 @@ function ms(v: number | undefined): string {
   return v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0);
 }
 const x = (v: number | undefined) => (v === undefined ? '–' : `${v.toFixed(2)}×`);
+const perFsync = (v: number | null | undefined) => (v == null ? '–' : v < 10 ? v.toFixed(2) : v.toFixed(1));
 
 export function table(report: Report, metricsOf: (workload: string) => readonly Metric[]): string {
-  const rows: string[][] = [['workload', 'system', 'ops/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'server CPU s', 'client CPU s', 'other']];
+  const rows: string[][] = [['workload', 'system', 'ops/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'server CPU s', 'client CPU s', 'fsyncs/s', 'ops/fsync', 'other']];
   for (const w of report.workloads) {
     const metrics = metricsOf(w.workload);
     w.results.forEach((r, i) => {
@@ -107,6 +120,9 @@ export function table(report: Report, metricsOf: (workload: string) => readonly 
         timed ? ms(r.latencyMs?.p999) : '–',
         timed && r.cpuSeconds.server != null ? r.cpuSeconds.server.toFixed(1) : '–',
         timed ? r.cpuSeconds.client.toFixed(1) : '–',
+        // Absent from reports written before these fields existed.
+        r.fsyncsPerSec != null ? int(r.fsyncsPerSec) : '–',
+        perFsync(r.opsPerFsync),
         other.join(', '),
       ]);
     });
@@ -122,12 +138,14 @@ export function table(report: Report, metricsOf: (workload: string) => readonly 
         x(q.p999),
         q.serverCpuPerOp !== undefined ? `${x(q.serverCpuPerOp)} per op` : '–',
         '',
+        '',
+        '',
         other.join(', '),
       ]);
     }
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
-  const numeric = (c: number) => c >= 2 && c <= 7;
+  const numeric = (c: number) => c >= 2 && c <= 9;
   const line = (r: string[]) => `| ${r.map((cell, c) => (numeric(c) ? cell.padStart(widths[c]!) : cell.padEnd(widths[c]!))).join(' | ')} |`;
   const sep = `|${widths.map((w, c) => (numeric(c) ? `${'-'.repeat(w + 1)}:` : '-'.repeat(w + 2))).join('|')}|`;
   return [line(rows[0]!), sep, ...rows.slice(1).map(line)].join('\n');
@@ -142,7 +160,8 @@ export function machineLine(report: Report): string {
     `fsync (write 4 KiB + fdatasync, ${m.fsync.samples}×) p50 ${m.fsync.p50.toFixed(2)} ms, p99 ${m.fsync.p99.toFixed(2)} ms;`,
     `node ${v.node}, etcd ${v.etcd ?? '–'}, kvs ${v.kvs}.`,
     `${s.durationS} s measured per workload and system, in ${s.rounds} alternating round${s.rounds > 1 ? 's' : ''} each after ${s.warmupS} s of warm-up; ${int(s.preloadKeys)} preloaded keys;`,
-    `${s.keyBytes}-byte keys, ${s.valueBytes}-byte values; parallel = ${s.parallelClients} clients in ${s.loadProcesses} load-generator processes (${s.client} client).`,
+    `${s.keyBytes}-byte keys, ${s.valueBytes}-byte values; parallel = ${s.parallelClients} clients in ${s.loadProcesses} load-generator processes (${s.client} client)` +
+      (s.kvsFlags?.length ? `; kvs run with ${s.kvsFlags.join(' ')}.` : '.'),
   ].join(' ');
 }
 

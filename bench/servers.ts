@@ -10,6 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { KvClient } from './kv-client.js';
 import { etcdArgs, freePorts } from '../integration/loopback.js';
 import { processTree, pssBytes, rssBytes } from './proc.js';
+import { scrapeFsyncs } from './fsyncs.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -40,6 +41,11 @@ export interface Server {
   disk(): Promise<DiskUsage>;
   /** Last 64 KiB of the server's output. */
   output(): string;
+  /**
+   * WAL fsyncs so far, from the server's metrics (a cluster: all running members' summed);
+   * null when a scrape fails.
+   */
+  fsyncs(): Promise<number | null>;
   /** SIGTERM, wait for exit (SIGKILL after 15 s), remove the data dir. Idempotent. */
   stop(): Promise<void>;
 }
@@ -162,14 +168,14 @@ export async function waitReady(endpoint: string, child: ChildProcess, ms: numbe
 
 async function launch(
   system: System,
-  start: (dataDir: string) => Promise<{ child: ChildProcess; endpoint: string; group: boolean; out: Tail }>,
+  start: (dataDir: string) => Promise<{ child: ChildProcess; endpoint: string; metricsUrl: string; group: boolean; out: Tail }>,
   paths: (dataDir: string) => { db: string; wal: string },
 ): Promise<Server> {
   hook();
   for (let attempt = 1; ; attempt++) {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), `kvs-bench-${system}-`));
     dirs.add(dataDir);
-    const { child, endpoint, group, out } = await start(dataDir);
+    const { child, endpoint, metricsUrl, group, out } = await start(dataDir);
     const pid = child.pid!;
     live.set(pid, { group });
     const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once('exit', () => r())));
@@ -212,6 +218,7 @@ async function launch(
       pss: () => pssBytes(processTree(pid)),
       disk: () => diskUsage(p.db, p.wal),
       output: () => out.toString(),
+      fsyncs: () => scrapeFsyncs(system, [metricsUrl]),
       stop,
     };
   }
@@ -248,19 +255,25 @@ export async function localObjectStore(): Promise<KvsObjectStore> {
   };
 }
 
-export async function startKvs(store?: KvsObjectStore): Promise<Server> {
+/**
+ * `store`: an object store; `flags`: more flags for `kvs run` (--kvs-flags). The node serves
+ * its metrics on a free port (--metrics-addr) for the fsync counts.
+ */
+export async function startKvs(store?: KvsObjectStore, flags: readonly string[] = []): Promise<Server> {
   const server = await launch(
     'kvs',
     async (dataDir) => {
-      const [port] = await freePorts(1);
+      const [port, metricsPort] = await freePorts(2);
       const endpoint = `127.0.0.1:${port}`;
-      const child = spawn(process.execPath, [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, ...(store?.args ?? [])], {
+      const metricsAddr = `127.0.0.1:${metricsPort}`;
+      const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--metrics-addr', metricsAddr, ...(store?.args ?? []), ...flags];
+      const child = spawn(process.execPath, args, {
         cwd: REPO_ROOT,
         env: { ...env((k) => k.startsWith('KVS_')), ...store?.env },
         detached: true, // its own process group: supervisor, storage, gateway
         stdio: ['ignore', 'pipe', 'pipe'],
       });
-      return { child, endpoint, group: true, out: capture(child) };
+      return { child, endpoint, metricsUrl: `http://${metricsAddr}/metrics`, group: true, out: capture(child) };
     },
     (d) => ({ db: path.join(d, 'db', 'data.mdb'), wal: path.join(d, 'wal') }),
   );
@@ -281,15 +294,16 @@ export function startEtcd(): Promise<Server> {
         // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
         { env: env((k) => k.startsWith('ETCD')), stdio: ['ignore', 'pipe', 'pipe'] },
       );
-      return { child, endpoint: `127.0.0.1:${clientPort}`, group: false, out: capture(child) };
+      // etcd 3.4 serves /metrics on its client URL.
+      return { child, endpoint: `127.0.0.1:${clientPort}`, metricsUrl: `http://127.0.0.1:${clientPort}/metrics`, group: false, out: capture(child) };
     },
     (d) => ({ db: path.join(d, 'member', 'snap', 'db'), wal: path.join(d, 'member', 'wal') }),
   );
 }
 
-/** `store`: kvs's object store (etcd runs without one). */
-export function startServer(system: System, store?: KvsObjectStore): Promise<Server> {
-  return system === 'kvs' ? startKvs(store) : startEtcd();
+/** `store`, `kvsFlags`: kvs's object store and extra flags (etcd runs without either). */
+export function startServer(system: System, store?: KvsObjectStore, kvsFlags: readonly string[] = []): Promise<Server> {
+  return system === 'kvs' ? startKvs(store, kvsFlags) : startEtcd();
 }
 
 /** Installs Debian's etcd-server if /usr/bin/etcd is missing (without starting its daemon). */

@@ -3,7 +3,8 @@
 // percentiles; a --quick run of cluster-par-get (linearizable gets on a follower) and
 // cluster-failover (one kill -9 of the leader) against three-member clusters of both must too;
 // so must a --quick run with --client go (etcd's Go client as the load generator; skipped when
-// go is not installed). No timing thresholds: this checks the machinery, not the numbers.
+// go is not installed). The put workloads' results carry the WAL fsyncs scraped from both
+// servers' metrics. No timing thresholds: this checks the machinery, not the numbers.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -58,11 +59,32 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
       const what = `${w.workload} on ${r.system}`;
       assertMeasured(r, what);
       assert.ok(r.cpuSeconds.server !== null && r.cpuSeconds.server >= 0, `${what}: server CPU`);
+      for (const k of ['fsyncs', 'fsyncsPerSec', 'opsPerFsync'] as const) {
+        assert.ok(k in r && (r[k] === null || (typeof r[k] === 'number' && Number.isFinite(r[k]))), `${what}: ${k} ${r[k]}`);
+      }
+      if (w.workload.startsWith('seq-put')) {
+        // Every put appends to the WAL with an fdatasync: both servers' counters moved.
+        assert.ok(r.fsyncs! > 0 && r.fsyncsPerSec! > 0 && r.opsPerFsync! > 0, `${what}: fsyncs ${r.fsyncs}, ${r.fsyncsPerSec}/s, ${r.opsPerFsync} ops per fsync`);
+      } else {
+        assert.deepEqual([r.fsyncs, r.fsyncsPerSec, r.opsPerFsync], [null, null, null], `${what}: not a write workload`);
+      }
     }
     assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
   }
+  assert.match(output, /\| fsyncs\/s \| ops\/fsync \|/);
   assert.match(output, /\| seq-put/);
   assert.match(output, /\| seq-put-store-local/);
+});
+
+test('bench --kvs-flags passes its flags to kvs run: an unknown one stops the node, and the run', { timeout: 60_000 }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const { code, output } = await run(MAIN, ['--quick', '--systems', 'kvs', '--workloads', 'seq-put', '--kvs-flags=--log-level warn  --no-such-flag', '--out', path.join(dir, 'results.json')]);
+  assert.equal(code, 1, output);
+  assert.match(output, /kvs: unknown flag --no-such-flag/);
+  const both = await run(MAIN, ['--kvs-flags=--log-level warn', '--endpoints', '127.0.0.1:1']);
+  assert.equal(both.code, 2);
+  assert.match(both.output, /--kvs-flags: not with --endpoints/);
 });
 
 test('kvs bench: the RGW workloads need --rgw', async () => {

@@ -35,6 +35,8 @@ export class Tally {
   private durationS = 0;
   private clientCpu = 0;
   private serverCpu: Record<string, number> | null = null;
+  /** WAL fsyncs in the measured windows (fsync workloads on servers started here); null once a scrape failed. */
+  private fsyncs: number | null;
   private readonly trials: Record<string, number>[] = [];
   /** A trial failed: the target may be left broken, so no more trials run on it. */
   broken = false;
@@ -43,17 +45,29 @@ export class Tally {
     readonly target: Target,
     readonly workload: Workload,
     private readonly opts: WorkloadOptions,
-  ) {}
+  ) {
+    this.fsyncs = workload.fsyncs && target.server ? 0 : null;
+  }
 
   /** One timed round: warm-up, then `durationMs` measured. Returns a one-line summary. */
   async round(load: LoadGenerator, warmupMs: number, durationMs: number): Promise<string> {
     const { target: t, workload: w } = this;
     const cpu: Partial<Record<'start' | 'end', CpuSample>> = {};
+    const fsyncs: Partial<Record<'start' | 'end', number | null>> = {};
+    const server = this.fsyncs !== null ? t.server : undefined;
     // -auth workloads: 16 logins (a bcrypt check each on the server) before the warm-up.
     const timing = { warmupMs, durationMs, ...(w.auth ? { leadMs: AUTH_LEAD_MS } : {}) };
-    const out = await load.run(w.name, t.endpoints, w.clients, this.opts, timing, (which) => {
+    const sampleCpu = (which: 'start' | 'end') => {
       const server = t.server ? new Map(t.server.pids().map((pid) => [pid, cpuSecondsOf(pid)])) : null;
       cpu[which] = { server, client: cpuSeconds(load.pids()) };
+    };
+    // The fsync counters are scraped outside the CPU window (before its start, after its end),
+    // so that the servers' work answering the scrape is not counted as the workload's.
+    const out = await load.run(w.name, t.endpoints, w.clients, this.opts, timing, async (which) => {
+      if (!server) return sampleCpu(which);
+      if (which === 'start') fsyncs.start = await server.fsyncs();
+      sampleCpu(which);
+      if (which === 'end') fsyncs.end = await server.fsyncs();
     });
     const lat = out.results.map((r) => r.latencies);
     this.latencies.push(...lat);
@@ -66,6 +80,10 @@ export class Tally {
     this.firstError ??= out.results.find((r) => r.firstError)?.firstError;
     const relogins = out.results.reduce((n, r) => n + (r.relogins ?? 0), 0);
     this.relogins += relogins;
+    if (this.fsyncs !== null) {
+      const { start: f0, end: f1 } = fsyncs;
+      this.fsyncs = f0 != null && f1 != null && f1 >= f0 ? this.fsyncs + (f1 - f0) : null;
+    }
     const { start, end } = cpu;
     if (start && end) {
       this.clientCpu += end.client - start.client;
@@ -141,6 +159,9 @@ export class Tally {
         ...(this.serverCpu ? { byServerProcess: this.serverCpu } : {}),
       },
       rssBytes: null,
+      fsyncs: this.fsyncs,
+      fsyncsPerSec: this.fsyncs !== null && this.durationS > 0 ? this.fsyncs / this.durationS : null,
+      opsPerFsync: this.fsyncs ? lat.length / this.fsyncs : null,
       metrics: {},
     };
     if (w.summarize && this.trials.length) result.metrics = w.summarize(this.trials);

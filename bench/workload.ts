@@ -111,6 +111,11 @@ export interface Workload {
    */
   trial?(target: MeasureTarget, opts: WorkloadOptions, round: { n: number; of: number }): Promise<{ numbers: Record<string, number>; note: string; failed?: string }>;
   summarize?(trials: Record<string, number>[]): Record<string, number>;
+  /**
+   * A write workload: the servers' WAL fsyncs are read from their metrics before and after each
+   * timed window (SystemResult's fsyncs, fsyncsPerSec, opsPerFsync; null for the others).
+   */
+  fsyncs?: boolean;
   /** Extra numbers after the timed phase (main process). */
   measure?(target: MeasureTarget, run: RunSummary, opts: WorkloadOptions): Promise<Record<string, number>>;
   /** Which of `measure`'s numbers the table shows. */

@@ -7,7 +7,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, REPO_ROOT, type Ctx } from './harness.js';
 import { SPEC_METRIC_NAMES } from '../shared/metrics.js';
-import { get, samples, value, type Sample } from './metrics-scrape.js';
+import { get, samples, scrape, value, type Sample } from './metrics-scrape.js';
 
 const PROMETHEUS_BIN = '/usr/bin/prometheus';
 
@@ -114,6 +114,65 @@ test('/metrics has every metric of the spec, with values the writes imply; a rea
   // More writes move the counter by exactly that many.
   for (let i = 0; i < 5; i++) await etcd.put(`k${i}`).value('v');
   await pollUntil('Prometheus to see 8 puts', async () => ((await query('kvs_writes_total{op="put"}')) === 8 ? true : undefined), 30_000);
+});
+
+test('group commit metrics: kvs_write_batch_size counts every write request once, kvs_wal_fsync_duration_seconds one fdatasync per batch that wrote', async (t) => {
+  // A fresh node without leases, auth or automatic compaction: the test's puts are the only
+  // requests that reach storage's write queue, so the sums below are exact. How the burst is
+  // split into batches depends on timing, so only bounds are asserted for it.
+  const { node, addr } = await metricsNode(t);
+  const etcd = client(t, node.endpoint);
+  const N = 20;
+  const M = 200;
+  const delta = (from: Sample[], to: Sample[], name: string, labels: Record<string, string> = {}) => {
+    const a = value(from, name, labels);
+    const b = value(to, name, labels);
+    assert.ok(a !== undefined && b !== undefined, `${name} ${JSON.stringify(labels)} is exposed`);
+    return b - a;
+  };
+  const histogram = (from: Sample[], to: Sample[], name: string) => ({
+    count: delta(from, to, `${name}_count`),
+    sum: delta(from, to, `${name}_sum`),
+    le: (le: string) => delta(from, to, `${name}_bucket`, { le }),
+  });
+  const consistent = (all: Sample[], name: string) => {
+    // Cumulative buckets never decrease, and +Inf is the count.
+    const buckets = all.filter((s) => s.name === `${name}_bucket`);
+    assert.ok(buckets.length > 1, `${name} buckets`);
+    for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i]!.value >= buckets[i - 1]!.value, `${name} buckets are cumulative`);
+    assert.equal(buckets.at(-1)!.labels.le, '+Inf');
+    assert.equal(buckets.at(-1)!.value, value(all, `${name}_count`));
+  };
+
+  const before = await scrape(addr);
+  // Serial puts: each is alone in its batch (the next is sent once the previous is answered),
+  // and each appends one record, so one batch of 1 and one fdatasync per put.
+  for (let i = 0; i < N; i++) await etcd.put(`serial-${i}`).value('v');
+  const serial = await scrape(addr);
+  const serialBatches = histogram(before, serial, 'kvs_write_batch_size');
+  assert.deepEqual({ count: serialBatches.count, sum: serialBatches.sum, ones: serialBatches.le('1') }, { count: N, sum: N, ones: N });
+  assert.equal(delta(before, serial, 'kvs_wal_fsync_duration_seconds_count'), N);
+
+  // A burst of concurrent puts: every request is in exactly one batch; at most one fdatasync
+  // per batch, at least one in all.
+  await Promise.all(Array.from({ length: M }, (_, i) => etcd.put(`burst-${i}`).value('v')));
+  const after = await scrape(addr);
+  const burst = histogram(serial, after, 'kvs_write_batch_size');
+  assert.equal(burst.sum, M);
+  assert.ok(burst.count >= 1 && burst.count <= M, `burst batches: ${burst.count}`);
+  const fsyncs = delta(serial, after, 'kvs_wal_fsync_duration_seconds_count');
+  assert.ok(fsyncs >= 1 && fsyncs <= burst.count, `burst fsyncs: ${fsyncs}, batches: ${burst.count}`);
+
+  // Over the whole run: requests = the puts storage counted as writes; fsyncs <= batches <= requests.
+  const all = histogram(before, after, 'kvs_write_batch_size');
+  assert.equal(all.sum, N + M);
+  assert.equal(all.sum, delta(before, after, 'kvs_writes_total', { op: 'put' }));
+  const allFsyncs = delta(before, after, 'kvs_wal_fsync_duration_seconds_count');
+  assert.ok(allFsyncs >= 1 && allFsyncs <= all.count && all.count <= all.sum, `fsyncs ${allFsyncs}, batches ${all.count}, requests ${all.sum}`);
+  consistent(after, 'kvs_write_batch_size');
+  consistent(after, 'kvs_wal_fsync_duration_seconds');
+  // etcd's fsync buckets are all there (1 ms x 2^k, to 8.192 s), so the two histograms compare bucket for bucket.
+  for (let k = 0; k < 14; k++) assert.ok(value(after, 'kvs_wal_fsync_duration_seconds_bucket', { le: String(0.001 * 2 ** k) }) !== undefined, `bucket le=${0.001 * 2 ** k}`);
 });
 
 test('/healthz and /readyz: 503 with the reason while the node restores and replays, and while storage restarts; then 200', async (t) => {

@@ -12,4 +12,5 @@ export const mixed: Workload = {
     return Math.random() < 0.5 ? kv.range(k) : kv.put(k, value);
   },
   go: 'mixed',
+  fsyncs: true,
 };

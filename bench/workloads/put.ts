@@ -17,6 +17,7 @@ function put(name: string, clients: number, objectStore?: ObjectStoreKind): Work
     preload: false,
     op: ({ kv, opts, value }) => () => kv.put(key('put', randomIndex(opts.preloadKeys)), value),
     go: 'put',
+    fsyncs: true,
     ...(objectStore ? { objectStore } : {}),
   };
 }

@@ -256,6 +256,7 @@ export class Engine {
       for (const p of batch) this.finish(p, { code: refused.code, message: refused.message });
       return;
     }
+    M.writeBatchSize.observe(batch.length);
     if (this.role === 'leader' && this.replicate) this.flight = this.drainUploading(batch, this.replicate);
     else if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
     else this.drainLocal(batch);

@@ -14,6 +14,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { encodeFrames, MAX_INDEX, type WalRecord } from './frame.js';
 import { SegmentWriter, fsyncDir, listSegments, readSegment } from './segment.js';
+import { walFsyncDuration } from '../../../shared/metrics.js';
 
 export type { WalRecord } from './frame.js';
 
@@ -203,7 +204,9 @@ export class Wal {
     const prevSize = w.size;
     try {
       w.appendSync(buf);
+      const syncStart = performance.now();
       w.syncSync();
+      walFsyncDuration.observe((performance.now() - syncStart) / 1000);
     } catch (err) {
       this.#rollback(act, prevSize, err);
       throw err;
