@@ -15,6 +15,8 @@ import { Op } from '../storage/engine.js';
 import type { GatewaySpans } from './spans.js';
 import type { AuthGate } from './auth/gate.js';
 import { guardedForward, writeChecks } from './auth/guard.js';
+import { headerRevision } from './cluster.js';
+import { Stage, monotonicMicros, type StageTrace } from '../../shared/stages.js';
 
 export function toServiceError(err: unknown): grpc.ServiceError | Partial<grpc.StatusObject> {
   if (err instanceof EtcdError) return { code: err.code, details: err.message };
@@ -34,8 +36,32 @@ export function forward(link: WriteLink, op: number): Unary<Buffer> {
   };
 }
 
+type RawUnary = (call: ServerCall<Buffer, Buffer>, cb: UnaryCallback<Buffer>) => void;
+
+/**
+ * With a stage trace (KVS_STAGE_TRACE, shared/stages.ts): a Put's arrival, its answer from
+ * storage and the answer handed to the client's stream, keyed by the answer's revision (the
+ * arrival is kept in the call's closure until then). Without one, the handler as it is.
+ */
+function stagedPut(handler: RawUnary, trace: StageTrace | undefined): RawUnary {
+  if (!trace) return handler;
+  return (call, cb) => {
+    const received = monotonicMicros();
+    handler(call, (err, res) => {
+      const answered = monotonicMicros();
+      cb(err, res);
+      const sent = monotonicMicros();
+      if (err || !res) return;
+      const revision = headerRevision(res);
+      trace.stamp(Stage.GATEWAY_RECEIVE, revision, received);
+      trace.stamp(Stage.GATEWAY_ANSWER_RECEIVED, revision, answered);
+      trace.stamp(Stage.GATEWAY_ANSWER_SENT, revision, sent);
+    });
+  };
+}
+
 /** etcd's KV service, checking callers once auth is enabled; `spans` only while tracing is on. */
-export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: AuthGate, spans?: GatewaySpans) {
+export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: AuthGate, spans?: GatewaySpans, stages?: StageTrace) {
   const def = service('etcdserverpb.KV', { rawRequests: ['Put', 'DeleteRange', 'Txn', 'Compact'] });
   const Range = (call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) => {
     // A follower in cluster mode: first what the leader had committed (docs/cluster.md).
@@ -58,7 +84,7 @@ export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: Aut
   };
   const impl = {
     Range: spans ? spans.range(Range) : Range,
-    Put: guardedForward(link, Op.PUT, gate, writeChecks.put, spans),
+    Put: stagedPut(guardedForward(link, Op.PUT, gate, writeChecks.put, spans), stages),
     DeleteRange: guardedForward(link, Op.DELETE_RANGE, gate, writeChecks.deleteRange, spans),
     Txn: guardedForward(link, Op.TXN, gate, writeChecks.txn, spans),
     Compact: guardedForward(link, Op.COMPACT, gate, writeChecks.user, spans),

@@ -7,6 +7,7 @@ import { openMvcc } from '../../shared/mvcc/schema.js';
 import { OpenStreams } from '../../shared/grpc/server.js';
 import { GrpcServer } from '../../shared/grpc/http2-server.js';
 import { clientTlsFiles } from '../../shared/grpc/client-tls.js';
+import { startStages } from '../../shared/stages.js';
 import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
@@ -36,6 +37,7 @@ import { jwtTokens, verifiedFirst } from './auth/jwt.js';
 
 export async function runGateway(cfg: Config): Promise<void> {
   const log = createLogger('gateway', cfg.logLevel, cfg.logFormat);
+  const stages = startStages('gateway', cfg.nodeId);
   const tracing = await startTracing(log);
   const db = openMvcc(cfg.dataDir, { readOnly: true });
   const tls = clientTlsFiles(cfg);
@@ -83,7 +85,7 @@ export async function runGateway(cfg: Config): Promise<void> {
   // With auth enabled every service checks its caller (services/gateway/auth).
   const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });
   for (const { def, impl } of [
-    kvService(db, link, node, gate, tracing && new GatewaySpans(tracing)),
+    kvService(db, link, node, gate, tracing && new GatewaySpans(tracing), stages),
     guarded(maintenanceService(db, cfg.dataDir, node, log, hashes), maintenanceChecks),
     clusterService(db, node),
     leaseService(link, leaseLink, streams, gate),

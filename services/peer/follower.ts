@@ -20,6 +20,7 @@ import { newEpoch, nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
 import { peerClient, type PeerCredentials } from './transport.js';
+import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
 
 export interface FollowerOptions {
   self: Member;
@@ -185,9 +186,11 @@ export class Following {
         if (!acking) return;
         const now = performance.now();
         if (pr.durableThrough > ackedThrough || now - ackedAt >= ALIVE_ACK_MS) {
+          const more = pr.durableThrough > ackedThrough;
           ackedThrough = pr.durableThrough;
           ackedAt = now;
           call.write({ ack: { durableThrough: pr.durableThrough, appliedThrough: pr.appliedThrough } });
+          if (more) stages?.stamp(Stage.PEER_FOLLOWER_ACK_SENT, pr.durableThrough);
         }
         if (syncTarget >= 0 && pr.appliedThrough >= syncTarget) {
           syncTarget = -1;
@@ -236,6 +239,7 @@ export class Following {
           if (storage.progress.appliedThrough >= commit) onProgress(storage.progress);
         }
         const frames = m.frames?.length ? m.frames : undefined;
+        if (frames) stages?.stamp(Stage.PEER_FOLLOWER_RECEIVE, n(m.last as number), microsFromPerformance(heard));
         if (!storage.entries(n(m.first as number), n(m.last as number), frames, commit)) finish('failed');
       });
       call.on('error', (err: Error) => {

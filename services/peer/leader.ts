@@ -19,6 +19,7 @@ import { decodeFrames, encodeFrames } from '../storage/wal/frame.js';
 import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type Progress, type Replicate, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
+import { Stage, stages } from '../../shared/stages.js';
 
 export interface LeaderOptions {
   self: Member;
@@ -223,10 +224,12 @@ export class Leadership {
     this.remember({ first: r.first, last: r.last, frames: r.frames });
     this.lastIndex = Math.max(this.lastIndex, r.last);
     if (r.seed) return;
+    stages?.stamp(Stage.PEER_LEADER_RECEIVE, r.last);
     this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false };
     const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
     this.noticeSent();
     for (const f of this.followers.values()) f.call.write(msg);
+    stages?.stamp(Stage.PEER_LEADER_SENT, r.last);
     this.evaluate();
   }
 
@@ -314,6 +317,7 @@ export class Leadership {
     this.committedThrough = b.last;
     this.committedRevision = b.revision;
     this.o.storage.replicated(b.last);
+    stages?.stamp(Stage.PEER_LEADER_REPLICATED, b.last);
     if (!this.notice) this.notice = setTimeout(this.sendCommitNotice, COMMIT_NOTICE_MS);
   }
 
@@ -352,6 +356,7 @@ export class Leadership {
       if (m.ack && conn) {
         conn.durableThrough = Math.max(conn.durableThrough, n(m.ack.durableThrough as number));
         conn.lastAckAt = performance.now();
+        if (stages) stages.stamp(Stage.PEER_LEADER_ACK, conn.durableThrough, undefined, stages.label(conn.member.nodeId));
         // Caught up: it holds everything committed. (Not "everything this leader has": under a
         // steady load a batch is always in flight, and one not waited for would trail it forever.)
         if (!conn.caughtUp && conn.durableThrough >= this.committedThrough) {

@@ -13,6 +13,7 @@ import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
 import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
+import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
@@ -38,6 +39,7 @@ const METRIC_OP: Record<number, keyof typeof writeMetricsByOp | undefined> = { 1
 
 export async function runPeer(cfg: Config): Promise<void> {
   const log = createLogger('peer', cfg.logLevel, cfg.logFormat);
+  startStages('peer', cfg.nodeId);
   serveMetrics('peer');
   const store = await openObjectStore({ ...objectStoreOptions(cfg), log });
   const creds = peerCredentials(cfg, log);

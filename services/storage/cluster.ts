@@ -19,6 +19,7 @@ import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
 import type { Engine } from './engine.js';
 import { FreeSpaceError, mib } from './disk-space.js';
+import { Stage, stages } from '../../shared/stages.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
 /** How often a follower detached for lack of disk space checks whether it is back. */
@@ -140,8 +141,10 @@ export class PeerAttach {
       if (this.spaceWait) return; // sent before this node detached for lack of space
       const x = m.entries;
       const records = x.frames?.length ? decodeFrames(x.frames).records : [];
+      if (records.length) stages?.stamp(Stage.FOLLOWER_STORAGE_RECEIVE, n(x.last));
       e.appendReplicated(records, x.committed ? n(x.last) : n(x.commitThrough));
       stream.write({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
+      if (records.length) stages?.stamp(Stage.FOLLOWER_PROGRESS_SENT, e.lastIndex);
     }
   }
 
@@ -185,6 +188,7 @@ export class PeerAttach {
     }
     if (!r.uploadFirst) {
       this.pending = undefined;
+      stages?.stamp(Stage.STORAGE_REPLICATED, p.last);
       return p.resolve();
     }
     // Degraded: the object store is the replica. The agent answers again after the upload,

@@ -36,6 +36,7 @@ import { WalSpans, endWalSpans } from './wal-spans.js';
 import { AuthExecutor, AuthOp } from './auth/executor.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { authTables } from '../../shared/auth/tables.js';
+import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
 
 export const Op = {
   PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
@@ -175,6 +176,8 @@ export class Engine {
     this.compaction = new CompactionSteps(db, log, () => this.inFlight);
     this.compaction.resume();
     this.auth = new AuthExecutor(db, () => this.executor.currentHeader(), { tokenTtlMs: opts.tokenTtlMs ?? 300_000 });
+    const trace = stages;
+    if (trace) wal.onWritten = (last) => trace.stamp(this.role === 'follower' ? Stage.FOLLOWER_WAL_WRITTEN : Stage.STORAGE_WAL_WRITTEN, Number(last));
   }
 
   /** The current revision as readers see it: not that of a batch still being uploaded. */
@@ -272,14 +275,17 @@ export class Engine {
       this.db.env.transactionSync(() => {
         index = this.executeBatch(batch, results, records, []);
         if (records.length) {
+          stages?.stamp(Stage.STORAGE_EXECUTED, index);
           this.db.meta.putSync(META.appliedIndex, index);
           // fdatasync: the durability point
           if (this.walSpans) this.walSpans.around(batch, records.length, () => this.wal.appendSync(records));
           else this.wal.appendSync(records);
+          stages?.stamp(Stage.STORAGE_FSYNCED, index);
           durable = true;
         }
       });
       this.index = index;
+      if (stages && records.length) this.stampCommitted(batch, index);
     } catch (err) {
       if (durable) this.commitFailedAfterWal(err, records);
       return this.failBatch(batch, err);
@@ -287,7 +293,16 @@ export class Engine {
     if (records.length && this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch committed');
     this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
+    if (records.length) stages?.stamp(Stage.STORAGE_ANSWERED, index);
     this.compaction.kick();
+  }
+
+  /** Stage tracing: the batch through `index` is committed to LMDB (and which revision it ends at). */
+  private stampCommitted(batch: Pending[], index: number): void {
+    const trace = stages!;
+    trace.stamp(Stage.STORAGE_COMMITTED, index);
+    trace.stamp(Stage.STORAGE_RECEIVE, index, microsFromPerformance(batch[0].arrived));
+    trace.link(index, this.executor.revision);
   }
 
   /**
@@ -339,9 +354,11 @@ export class Engine {
       return;
     }
     const first = Number(records[0].index);
+    stages?.stamp(Stage.STORAGE_EXECUTED, index);
     this.appliedRevision = appliedRevision;
     this.inFlight = true;
     const acked = replicator?.send(first, index, frames, this.executor.revision);
+    if (replicator) stages?.stamp(Stage.STORAGE_TO_PEER, index);
     // The batch leaves for the followers only when the event loop next turns (a gRPC write is
     // flushed asynchronously): without this turn it would wait for the blocking fdatasync below,
     // and the followers' append could not overlap it (docs/benchmarks.md, "Where a put's time
@@ -350,6 +367,7 @@ export class Engine {
     try {
       if (this.walSpans) spans = this.walSpans.begin(batch, records.length);
       this.wal.appendSync(records, frames); // fdatasync
+      stages?.stamp(Stage.STORAGE_FSYNCED, index);
     } catch (err) {
       endWalSpans(spans, err);
       replicator?.durable(index, err as Error);
@@ -393,9 +411,11 @@ export class Engine {
     }
     this.index = index;
     this.inFlight = false;
+    if (stages) this.stampCommitted(batch, index);
     if (this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
     this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
+    stages?.stamp(Stage.STORAGE_ANSWERED, index);
     this.compaction.kick();
     this.redrain();
   }
@@ -504,6 +524,7 @@ export class Engine {
     }
     if (fresh.length) {
       this.wal.appendSync(fresh);
+      stages?.stamp(Stage.FOLLOWER_FSYNCED, Number(this.wal.lastIndex));
       for (const r of fresh) this.staged.push(r);
     }
     this.applyThrough(Math.min(commitThrough, this.lastIndex));

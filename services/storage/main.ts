@@ -7,6 +7,7 @@ import { PeerAttach } from './cluster.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
 import { Engine, type EngineOptions } from './engine.js';
@@ -19,6 +20,7 @@ import { startTracing } from '../../shared/tracing.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
   const log = createLogger('storage', cfg.logLevel, cfg.logFormat);
+  startStages('storage', cfg.nodeId);
   let opened: Engine | undefined;
   serveMetrics('storage', () => {
     if (!opened) return;

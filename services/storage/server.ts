@@ -7,6 +7,7 @@ import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../sh
 import type { Engine } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
+import { Stage, stages } from '../../shared/stages.js';
 
 interface WriteBatch { requests: BatchRequest[] }
 
@@ -19,14 +20,18 @@ export interface StorageServer {
 export function storageServer(engine: Engine, log: Logger): StorageServer {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: BatchHandler) => {
+  // Stage tracing: the answers of a Write message leave in the turn after their batch was
+  // applied (nothing applies in between), so the applied index names the batch they answer.
+  const trace = stages;
+  const answersSent = trace && (() => trace.stamp(Stage.STORAGE_ANSWER_SENT, engine.appliedIndex));
+  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: BatchHandler, onFlush?: () => void) => {
     streams.add(call);
     call.on('close', () => streams.delete(call));
-    serveBatchStream(call, handle, (err) => log.debug({ err }, 'storage stream closed'));
+    serveBatchStream(call, handle, (err) => log.debug({ err }, 'storage stream closed'), onFlush);
   };
   server.addService(service('kvs.storage.Storage'), {
     Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
-      serveBatches(call, (op, body, done, authRevision, traceParent) => engine.submit(op, body, done, authRevision, traceParent));
+      serveBatches(call, (op, body, done, authRevision, traceParent) => engine.submit(op, body, done, authRevision, traceParent), answersSent);
     },
     Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));

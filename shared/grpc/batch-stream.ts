@@ -12,8 +12,11 @@ export type BatchHandler = (op: number, body: Uint8Array, done: (r: BatchResult)
 
 type BatchCall = grpc.ServerDuplexStream<{ requests: BatchRequest[] }, unknown>;
 
-/** Serves one stream; `onClose` runs once when it ends, however it ends. */
-export function serveBatchStream(call: BatchCall, handle: BatchHandler, onError: (err: Error) => void = () => {}): void {
+/**
+ * Serves one stream; `onError` runs when it fails. `onFlush` (stage tracing only) runs after
+ * each message of answers is handed to the stream.
+ */
+export function serveBatchStream(call: BatchCall, handle: BatchHandler, onError: (err: Error) => void = () => {}, onFlush?: () => void): void {
   // Tells the caller at once that the stream reached a live server.
   call.sendMetadata(new grpc.Metadata());
   let out: { id: unknown; body?: Buffer; code: number; message: string }[] = [];
@@ -24,6 +27,7 @@ export function serveBatchStream(call: BatchCall, handle: BatchHandler, onError:
     out = [];
     if (!call.writable || call.destroyed) return;
     call.write({ results });
+    onFlush?.();
   };
   call.on('data', (batch: { requests: BatchRequest[] }) => {
     for (const req of batch.requests) {

@@ -76,6 +76,11 @@ export class Wal {
   #positioned = false;
   #closed = false;
   #failed: Error | undefined;
+  /**
+   * Stage tracing only (shared/stages.ts): called in appendSync between the write() and the
+   * fdatasync, with the batch's last index. Undefined otherwise.
+   */
+  onWritten: ((last: bigint) => void) | undefined;
 
   private constructor(dir: string, opts: WalOptions) {
     this.dir = path.resolve(dir);
@@ -204,6 +209,7 @@ export class Wal {
     const prevSize = w.size;
     try {
       w.appendSync(buf);
+      this.onWritten?.(prev);
       const syncStart = performance.now();
       w.syncSync();
       walFsyncDuration.observe((performance.now() - syncStart) / 1000);
