@@ -37,6 +37,8 @@ class Member {
     private readonly args: string[],
     /** Its Prometheus metrics (kvs: --metrics-addr; etcd: the client URL). */
     readonly metricsUrl: string,
+    /** Set in its environment (KVS_* / ETCD_* variables are not passed through otherwise). */
+    private readonly extraEnv: Record<string, string> = {},
   ) {}
 
   private get group(): boolean {
@@ -52,7 +54,7 @@ class Member {
     const child = spawn(this.command, this.args, {
       cwd: REPO_ROOT,
       // KVS_* / ETCD_* variables (e.g. from /etc/default/etcd) would silently configure them.
-      env: env((k) => k.startsWith(this.system === 'kvs' ? 'KVS_' : 'ETCD')),
+      env: { ...env((k) => k.startsWith(this.system === 'kvs' ? 'KVS_' : 'ETCD')), ...this.extraEnv },
       detached: this.group, // kvs: its own process group, killed as one
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -230,7 +232,7 @@ function makeCluster(system: System, members: Member[], dirs: string[]): BenchCl
   return cluster;
 }
 
-async function kvsCluster(n: number, extra: string[]): Promise<BenchCluster> {
+async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, string>): Promise<BenchCluster> {
   const dirs: string[] = [];
   const objects = await tempDir('kvs-bench-objects-');
   dirs.push(objects);
@@ -248,7 +250,7 @@ async function kvsCluster(n: number, extra: string[]): Promise<BenchCluster> {
     const metricsAddr = `127.0.0.1:${ports[2 * n + i]}`;
     const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--node-id', name, '--peer-listen', `127.0.0.1:${ports[2 * i + 1]}`, '--metrics-addr', metricsAddr];
     args.push('--s3-endpoint', pathToFileURL(objects).href, '--s3-bucket', 'b', '--s3-prefix', 'cluster/', ...extra);
-    members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args, `http://${metricsAddr}/metrics`));
+    members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args, `http://${metricsAddr}/metrics`, extraEnv));
   }
   const cluster = makeCluster('kvs', members, dirs);
   try {
@@ -346,12 +348,13 @@ async function takesWrites(c: BenchCluster): Promise<void> {
 
 /**
  * Starts an n-member cluster of `system` and waits until every member names one leader.
- * `kvsArgs`: more flags for every kvs node (--kvs-flags).
+ * `kvsArgs`: more flags for every kvs node (--kvs-flags);
+ * `kvsEnv`: variables for every kvs node (bench/breakdown.ts: KVS_STAGE_TRACE).
  */
-export async function startCluster(system: System, n: number, kvsArgs: string[] = []): Promise<BenchCluster> {
+export async function startCluster(system: System, n: number, kvsArgs: string[] = [], kvsEnv: Record<string, string> = {}): Promise<BenchCluster> {
   for (let attempt = 1; ; attempt++) {
     try {
-      const c = await (system === 'kvs' ? kvsCluster(n, kvsArgs) : etcdCluster(n));
+      const c = await (system === 'kvs' ? kvsCluster(n, kvsArgs, kvsEnv) : etcdCluster(n));
       try {
         await takesWrites(c);
       } catch (err) {

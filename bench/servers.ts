@@ -256,10 +256,12 @@ export async function localObjectStore(): Promise<KvsObjectStore> {
 }
 
 /**
- * `store`: an object store; `flags`: more flags for `kvs run` (--kvs-flags). The node serves
- * its metrics on a free port (--metrics-addr) for the fsync counts.
+ * `store`: an object store; `flags`: more flags for `kvs run` (--kvs-flags); `extraEnv`: set in
+ * the node's environment (the bench passes no KVS_* variable through otherwise; breakdown.ts:
+ * KVS_STAGE_TRACE). The node serves its metrics on a free port (--metrics-addr) for the fsync
+ * counts.
  */
-export async function startKvs(store?: KvsObjectStore, flags: readonly string[] = []): Promise<Server> {
+export async function startKvs(store?: KvsObjectStore, flags: readonly string[] = [], extraEnv: Record<string, string> = {}): Promise<Server> {
   const server = await launch(
     'kvs',
     async (dataDir) => {
@@ -269,7 +271,7 @@ export async function startKvs(store?: KvsObjectStore, flags: readonly string[] 
       const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--metrics-addr', metricsAddr, ...(store?.args ?? []), ...flags];
       const child = spawn(process.execPath, args, {
         cwd: REPO_ROOT,
-        env: { ...env((k) => k.startsWith('KVS_')), ...store?.env },
+        env: { ...env((k) => k.startsWith('KVS_')), ...store?.env, ...extraEnv },
         detached: true, // its own process group: supervisor, storage, gateway
         stdio: ['ignore', 'pipe', 'pipe'],
       });
