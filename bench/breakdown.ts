@@ -35,6 +35,9 @@ previous stage and since the client sent the request (µs), and the client-measu
   -h, --help            this text
 `;
 
+/** A bad flag: its message is all the user needs (no stack). */
+class UsageError extends Error {}
+
 const PUT_PATH = service('etcdserverpb.KV').Put!.path;
 const DEADLINE_MS = 30_000;
 
@@ -50,22 +53,26 @@ interface Settings {
 function settings(argv: string[]): Settings | undefined {
   // node 20's parseArgs has no negated booleans.
   const noEtcd = argv.includes('--no-etcd');
-  const { values } = parseArgs({
-    args: argv.filter((a) => a !== '--no-etcd'),
-    options: {
-      puts: { type: 'string', default: '5000' },
-      warmup: { type: 'string', default: '500' },
-      cluster: { type: 'boolean', default: false },
-      etcd: { type: 'boolean', default: true },
-      'kvs-flags': { type: 'string', default: '' },
-      out: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
+  const options = {
+    puts: { type: 'string', default: '5000' },
+    warmup: { type: 'string', default: '500' },
+    cluster: { type: 'boolean', default: false },
+    etcd: { type: 'boolean', default: true },
+    'kvs-flags': { type: 'string', default: '' },
+    out: { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  } as const;
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv.filter((a) => a !== '--no-etcd'), options });
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}\n\n${HELP}`);
+  }
+  const { values } = parsed;
   if (values.help) return undefined;
   const count = (name: string, v: string, min: number) => {
     const n = Number(v);
-    if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got ${v}`);
+    if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min}, got ${v}`);
     return n;
   };
   return {
@@ -181,7 +188,7 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (err: Error & { output?: string }) => {
-    console.error(err.stack ?? err.message);
+    console.error(err instanceof UsageError ? err.message : (err.stack ?? err.message));
     if (err.output) console.error(err.output);
     process.exit(1);
   },
