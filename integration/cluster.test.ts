@@ -4,6 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { etcdctl, pollUntil, startEtcdctl } from './harness.js';
+import { rawClient } from './raw-client.js';
+import { decode } from '../shared/proto/index.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
 
 const followersOf = (nodes: ClusterNode[], leader: ClusterNode) => nodes.filter((n) => n !== leader);
@@ -106,6 +108,37 @@ test('leases across nodes: granted on one, kept alive on another, revoked on a t
   assert.doesNotMatch(waiter.stdout(), /waiter got it/);
   await holder.stop();
   await waiter.until((out: string) => out.includes('waiter got it'));
+});
+
+test('Election.Leader on a follower sees a Proclaim made through the leader at once (linearizable, as etcd)', async (t) => {
+  const { nodes } = await startCluster(t, 3);
+  const leader = await waitForLeader(nodes);
+  const followers = followersOf(nodes, leader);
+  const ELECTION = 'v3electionpb.Election';
+  const onLeader = rawClient(t, leader.endpoint, ELECTION);
+  const onFollowers = followers.map((f) => rawClient(t, f.endpoint, ELECTION));
+  const lease = leader.client.lease(60, { autoKeepAlive: false });
+  const id = await lease.grant();
+  const name = Buffer.from('the-election');
+  const campaign = await onLeader('Campaign', 'v3electionpb.CampaignRequest', { name, lease: id, value: Buffer.from('v0') });
+  assert.ifError(campaign.err);
+  const { leader: key } = decode<{ leader: object }>('v3electionpb.CampaignResponse', campaign.res!);
+  // Each Proclaim is acknowledged by the leader only once the followers hold it; the Election
+  // service's read on a follower must then not answer with the value before it.
+  for (let i = 1; i <= 100; i++) {
+    const value = `v${i}`;
+    const p = await onLeader('Proclaim', 'v3electionpb.ProclaimRequest', { leader: key, value: Buffer.from(value) });
+    assert.ifError(p.err);
+    const rev = Number(decode<{ header: { revision: unknown } }>('v3electionpb.ProclaimResponse', p.res!).header.revision);
+    for (const [j, call] of onFollowers.entries()) {
+      const r = await call('Leader', 'v3electionpb.LeaderRequest', { name });
+      assert.ifError(r.err);
+      const got = decode<{ header: { revision: unknown }; kv: { value: Uint8Array; modRevision: unknown } }>('v3electionpb.LeaderResponse', r.res!);
+      assert.deepEqual([Buffer.from(got.kv.value).toString(), Number(got.kv.modRevision)], [value, rev], `Leader on ${followers[j]!.id} after proclaim ${i}`);
+      assert.ok(Number(got.header.revision) >= rev);
+    }
+  }
+  await lease.revoke();
 });
 
 /** Puts `prefix/<i>` in a loop through `c` until `stop`, recording what was acknowledged. */

@@ -84,8 +84,8 @@ export interface Backend {
   txn(req: TxnRequest): Promise<TxnResult>;
   /** DeleteRange of one key; the response header. */
   deleteKey(key: Buffer): Promise<Header>;
-  /** A linearizable Range, read from this node's database. */
-  get(req: RangeRequest): GetResult;
+  /** A linearizable Range, read from this node's database (after it catches up, on a cluster). */
+  get(req: RangeRequest): Promise<GetResult>;
   /** Grants a lease of `ttl` seconds with an id chosen by the server. */
   grantLease(ttl: number): Promise<bigint>;
   /** Watches [key, rangeEnd) (one key without rangeEnd) from revision `fromRev`. */

@@ -1,6 +1,7 @@
 // The Backend of the Lock and Election services inside the gateway: Txn, DeleteRange and
 // LeaseGrant go to storage over the gateway's own storage link (as a client's writes do),
-// reads come from this process's LMDB view, and watches are registered on the watch hub. Each
+// reads come from this process's LMDB view (on a cluster, once it covers the leader's committed
+// index, as a client's linearizable Range), and watches are registered on the watch hub. Each
 // call's backend checks its operations for the caller (an OpGuard), one by one.
 import { encode, decode, bigint, num } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
@@ -65,7 +66,10 @@ export function gatewayBackend(db: MvccDb, node: NodeInfo, link: WriteLink, watc
       const res = decode<{ header: HeaderMessage }>('etcdserverpb.DeleteRangeResponse', await write(Op.DELETE_RANGE, 'deleteRange', body, guard));
       return header(res.header);
     },
-    get(req: RangeRequest) {
+    async get(req: RangeRequest) {
+      // etcd's embedded client reads linearizably: on a follower (or a leader that may have been
+      // replaced) the local view can lag the write this recipe just made through the leader.
+      if (node.mustLinearize(false)) await node.cluster!.linearize();
       db.env.resetReadTxn();
       guard?.read(req.key, req.rangeEnd);
       const rr = range(db, {

@@ -93,7 +93,7 @@ async function waitDelete(b: Backend, key: Buffer, rev: number, signal: AbortSig
 export async function waitDeletes(b: Backend, prefix: Buffer, maxCreateRev: number, signal: AbortSignal): Promise<Header> {
   for (;;) {
     throwIfCancelled(signal);
-    const r = b.get({ key: prefix, rangeEnd: prefixEnd(prefix), sortTarget: SortTarget.CREATE, sortOrder: SortOrder.DESCEND, limit: 1, maxCreateRevision: maxCreateRev });
+    const r = await b.get({ key: prefix, rangeEnd: prefixEnd(prefix), sortTarget: SortTarget.CREATE, sortOrder: SortOrder.DESCEND, limit: 1, maxCreateRevision: maxCreateRev });
     if (r.kvs.length === 0) return r.header;
     await waitDelete(b, Buffer.from(r.kvs[0]!.key), r.header.revision, signal);
   }
@@ -186,8 +186,8 @@ export async function campaign(b: Backend, name: Uint8Array, lease: bigint, valu
 }
 
 /** Election.Leader: the current leader's key-value. */
-export function leader(b: Backend, name: Uint8Array): { header: Header; kv: KeyValueMessage } {
-  const r = b.get(firstCreate(contendersPrefix(name)));
+export async function leader(b: Backend, name: Uint8Array): Promise<{ header: Header; kv: KeyValueMessage }> {
+  const r = await b.get(firstCreate(contendersPrefix(name)));
   if (r.kvs.length === 0) throw RecipeErrors.noLeader();
   return { header: r.header, kv: r.kvs[0]! };
 }
@@ -200,7 +200,7 @@ export async function observe(b: Backend, name: Uint8Array, signal: AbortSignal,
   const prefix = contendersPrefix(name);
   for (;;) {
     throwIfCancelled(signal);
-    const r = b.get(firstCreate(prefix));
+    const r = await b.get(firstCreate(prefix));
     let header = r.header;
     let kv = r.kvs[0];
     if (!kv) {
