@@ -1,6 +1,8 @@
 // etcdserverpb.Auth. Writes go to storage on the Write stream (through the WAL), after the
 // gateway checked the caller (root, while auth is enabled) and hashed any password; reads
-// (UserGet/List, RoleGet/List) are answered here from LMDB. Authenticate checks the password
+// (UserGet/List, RoleGet/List) are answered here from LMDB, linearizably on a cluster (etcd
+// serves them through raft: a user added through the leader is there on a follower at once).
+// Authenticate checks the password
 // here (bcrypt off the event loop, the lockout first), and storage issues the token (a simple
 // token, through the WAL) or the gateway signs it (a JWT, --auth-token jwt: nothing stored).
 import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
@@ -38,6 +40,27 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
   const lockout = opts.lockout ?? new Lockout();
   const header = () => node.header(readMeta(db, META.revision));
 
+  /**
+   * On a cluster, waits until this node has applied what the leader had committed (a
+   * follower's view may lag a change made through the leader a moment ago), as etcd reads
+   * users and roles through raft and Authenticate after a linearizable read notify.
+   */
+  const caughtUp = (): Promise<void> | undefined => (node.mustLinearize(false) ? node.cluster!.linearize() : undefined);
+
+  /** A read handler, answered once caught up (`read` runs in a fresh read snapshot). */
+  const linearRead = (read: (call: ServerCall<any, unknown>) => unknown): Handler => (call, cb) => {
+    const answer = () => {
+      try {
+        cb(null, read(call));
+      } catch (err) {
+        cb(toServiceError(err));
+      }
+    };
+    const wait = caughtUp();
+    if (wait) wait.then(answer, (err) => cb(toServiceError(err)));
+    else answer();
+  };
+
   /** The caller (undefined: auth disabled), in a fresh read snapshot. */
   const who = (call: ServerCall<any, unknown>): Caller | undefined => {
     db.env.resetReadTxn();
@@ -53,6 +76,8 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
     void (async () => {
       let req: object = call.request;
       let prepared = false;
+      // The pre-checks below read users: a lagging follower must not refuse what exists.
+      if (prepare) await caughtUp();
       for (let attempt = 0; ; attempt++) {
         const caller = who(call);
         caller?.admin();
@@ -112,53 +137,38 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
     RoleGrantPermission: adminWrite(Op.AUTH_ROLE_GRANT_PERMISSION, 'etcdserverpb.AuthRoleGrantPermissionRequest'),
     RoleRevokePermission: adminWrite(Op.AUTH_ROLE_REVOKE_PERMISSION, 'etcdserverpb.AuthRoleRevokePermissionRequest'),
 
-    UserGet(call, cb) {
-      try {
-        const caller = who(call);
-        const name: string = call.request.name;
-        // etcd: root, or the user asking about themself.
-        if (caller && name !== caller.user) caller.admin();
-        const user = getUser(db, name);
-        if (!user) throw AuthErrors.userNotFound;
-        cb(null, { header: header(), roles: user.roles });
-      } catch (err) {
-        cb(toServiceError(err));
-      }
-    },
-    UserList(call, cb) {
-      try {
-        who(call)?.admin();
-        cb(null, { header: header(), users: listUsers(db).map((u) => u.name.toString()) });
-      } catch (err) {
-        cb(toServiceError(err));
-      }
-    },
-    RoleGet(call, cb) {
-      try {
-        const caller = who(call);
-        const role: string = call.request.role;
-        // etcd: root, or a user holding the role.
-        if (caller && !caller.isAdmin() && !caller.hasRole(role)) caller.admin();
-        const r = getRole(db, role);
-        if (!r) throw AuthErrors.roleNotFound;
-        cb(null, { header: header(), perm: r.perms });
-      } catch (err) {
-        cb(toServiceError(err));
-      }
-    },
-    RoleList(call, cb) {
-      try {
-        who(call)?.admin();
-        cb(null, { header: header(), roles: listRoles(db).map((r) => r.name.toString()) });
-      } catch (err) {
-        cb(toServiceError(err));
-      }
-    },
+    UserGet: linearRead((call) => {
+      const caller = who(call);
+      const name: string = call.request.name;
+      // etcd: root, or the user asking about themself.
+      if (caller && name !== caller.user) caller.admin();
+      const user = getUser(db, name);
+      if (!user) throw AuthErrors.userNotFound;
+      return { header: header(), roles: user.roles };
+    }),
+    UserList: linearRead((call) => {
+      who(call)?.admin();
+      return { header: header(), users: listUsers(db).map((u) => u.name.toString()) };
+    }),
+    RoleGet: linearRead((call) => {
+      const caller = who(call);
+      const role: string = call.request.role;
+      // etcd: root, or a user holding the role.
+      if (caller && !caller.isAdmin() && !caller.hasRole(role)) caller.admin();
+      const r = getRole(db, role);
+      if (!r) throw AuthErrors.roleNotFound;
+      return { header: header(), perm: r.perms };
+    }),
+    RoleList: linearRead((call) => {
+      who(call)?.admin();
+      return { header: header(), roles: listRoles(db).map((r) => r.name.toString()) };
+    }),
 
     Authenticate(call, cb) {
       const { name, password } = call.request as { name: string; password: string };
       const outcome = (result: 'success' | 'fail' | 'locked') => M.authAttemptsTotal.inc({ result });
       void (async () => {
+        await caughtUp();
         db.env.resetReadTxn();
         if (!authMeta(db).enabled) throw AuthErrors.authNotEnabled;
         if (lockout.locked(name)) {
