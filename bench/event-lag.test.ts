@@ -1,0 +1,44 @@
+// `npm run event-lag` (bench/event-lag.ts) against a real kvs and a real etcd 3.4: every put's
+// event reaches the watcher (the run would hang otherwise), a row per system with its
+// percentiles in order. No timing thresholds. A bad flag prints its message and the usage.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const EVENT_LAG = fileURLToPath(new URL('./event-lag.js', import.meta.url));
+
+async function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
+  const child = spawn(process.execPath, [EVENT_LAG, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (b: Buffer) => (stdout += b));
+  child.stderr.on('data', (b: Buffer) => (stderr += b));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  return { code, stdout, stderr };
+}
+
+test('event-lag --puts 50 --rounds 1: a row per system, every event seen, percentiles in order', { timeout: 120_000 }, async () => {
+  const r = await run(['--puts', '50', '--rounds', '1']);
+  assert.equal(r.code, 0, r.stderr);
+  const rows = r.stdout.split('\n').filter((l) => /^\| 1 \| (kvs|etcd) \|/.test(l));
+  assert.deepEqual(rows.map((l) => l.split('|')[2]!.trim()), ['kvs', 'etcd'], r.stdout);
+  for (const row of rows) {
+    const cells = row.split('|').map((c) => c.trim());
+    for (const cell of cells.slice(3, 6)) {
+      const [p50, p90, p99] = cell.split(' / ').map(Number);
+      assert.ok(p50! >= 0 && p50! <= p90! && p90! <= p99!, row);
+    }
+    const first = /^(\d+) of 50$/.exec(cells[6]!);
+    assert.ok(first && Number(first[1]) <= 50, row);
+  }
+});
+
+test('event-lag with an unknown system: the message and the usage, exit 2', async () => {
+  const r = await run(['--systems', 'kvs,zookeeper']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /unknown system "zookeeper" \(kvs, etcd\)/);
+  assert.match(r.stderr, /Usage: npm run event-lag/);
+});
