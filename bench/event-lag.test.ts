@@ -2,23 +2,13 @@
 // event reaches the watcher (the run would hang otherwise), a row per system with its
 // percentiles in order. No timing thresholds. A bad flag prints its message and the usage.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { runCli } from './run-cli.js';
 
 const EVENT_LAG = fileURLToPath(new URL('./event-lag.js', import.meta.url));
 
-async function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
-  const child = spawn(process.execPath, [EVENT_LAG, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b: Buffer) => (stdout += b));
-  child.stderr.on('data', (b: Buffer) => (stderr += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  return { code, stdout, stderr };
-}
+const run = (args: string[]) => runCli(EVENT_LAG, args);
 
 test('event-lag --puts 50 --rounds 1: a row per system, every event seen, percentiles in order', { timeout: 120_000 }, async () => {
   const r = await run(['--puts', '50', '--rounds', '1']);

@@ -2,23 +2,13 @@
 // comes back, and the table has a row per transport with p50 <= p90 <= p99. No timing
 // thresholds. A bad flag prints its message and the usage and exits 2.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { runCli } from './run-cli.js';
 
 const HOP = fileURLToPath(new URL('./hop.js', import.meta.url));
 
-async function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env = { ...process.env };
-  delete env.NODE_TEST_CONTEXT; // the child is a plain program, not a test file
-  const child = spawn(process.execPath, [HOP, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b: Buffer) => (stdout += b));
-  child.stderr.on('data', (b: Buffer) => (stderr += b));
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  return { code, stdout, stderr };
-}
+const run = (args: string[]) => runCli(HOP, args);
 
 test('hop --round-trips 50: a row per transport, percentiles in order', { timeout: 60_000 }, async () => {
   const r = await run(['--round-trips', '50']);

@@ -69,7 +69,7 @@ test('auth on a cluster: tokens issued through a follower work there at once; a 
   }
 });
 
-test('users and roles changed through the leader are there on every follower at once: UserGet, RoleGet, UserList, a password change and Authenticate (linearizable, as etcd)', { timeout: 240_000 }, async (t) => {
+test('users and roles changed through the leader are there on every follower at once: UserGet, RoleGet, UserList, a password change, Authenticate and a write after a grant (linearizable, as etcd)', { timeout: 240_000 }, async (t) => {
   const cluster = await startCluster(t, 3, { args: ['--bcrypt-cost', '4'] });
   const leader = await waitForLeader(cluster.nodes);
   const followers = cluster.nodes.filter((n) => n !== leader);
@@ -100,9 +100,23 @@ test('users and roles changed through the leader are there on every follower at 
   for (const [name, type, req] of [['UserAdd', 'AuthUserAddRequest', { name: 'root', password: 'rootpw' }], ['UserGrantRole', 'AuthUserGrantRoleRequest', { user: 'root', role: 'root' }], ['AuthEnable', 'AuthEnableRequest', {}]] as const) {
     await ok(onLeader(name, `etcdserverpb.${type}`, req), name);
   }
+  // Then a permission granted through the leader counts for that user's writes on a follower at
+  // once (etcd checks a write when it applies it, after the grant).
   const root = await login(onLeader, 'root', 'rootpw');
-  for (let i = 0; i < 20; i++) {
+  const kvs = followers.map((f) => rawClient(t, f.endpoint, 'etcdserverpb.KV'));
+  for (let i = 0; i < 50; i++) {
     await ok(onLeader('UserAdd', 'etcdserverpb.AuthUserAddRequest', { name: `a${i}`, password: `pw${i}` }, root), `UserAdd a${i}`);
-    for (const f of onFollowers) await ok(f.auth('Authenticate', 'etcdserverpb.AuthenticateRequest', { name: `a${i}`, password: `pw${i}` }), `Authenticate a${i} on ${f.id}`);
+    const tokens: string[] = [];
+    for (const f of onFollowers) {
+      const r = await ok(f.auth('Authenticate', 'etcdserverpb.AuthenticateRequest', { name: `a${i}`, password: `pw${i}` }), `Authenticate a${i} on ${f.id}`);
+      tokens.push(decode<{ token: string }>('etcdserverpb.AuthenticateResponse', r.res!).token);
+    }
+    await ok(onLeader('RoleAdd', 'etcdserverpb.AuthRoleAddRequest', { name: `rw${i}` }, root), `RoleAdd rw${i}`);
+    const perm = { permType: 2, key: Buffer.from(`w${i}/`), rangeEnd: Buffer.from(`w${i}0`) }; // READWRITE on the prefix
+    await ok(onLeader('RoleGrantPermission', 'etcdserverpb.AuthRoleGrantPermissionRequest', { name: `rw${i}`, perm }, root), `RoleGrantPermission rw${i}`);
+    await ok(onLeader('UserGrantRole', 'etcdserverpb.AuthUserGrantRoleRequest', { user: `a${i}`, role: `rw${i}` }, root), `UserGrantRole a${i}`);
+    for (const [j, kv] of kvs.entries()) {
+      await ok(kv('Put', 'etcdserverpb.PutRequest', { key: Buffer.from(`w${i}/k`), value: Buffer.from('v') }, tokens[j]), `Put by a${i} on ${followers[j]!.id} right after the grant`);
+    }
   }
 });

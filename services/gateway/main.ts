@@ -67,7 +67,9 @@ export async function runGateway(cfg: Config): Promise<void> {
   }
   const renewer = new TokenRenewer(link, log);
   const jwt = jwtTokens(cfg.authToken, log);
-  const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000, jwt });
+  // A refusal on a cluster node is checked again once it has what the leader had committed.
+  const catchUp = view ? () => view!.linearize() : undefined;
+  const gate = new AuthGate(db, { renew: renewer.renew, tokenTtlMs: cfg.tokenTtl * 1000, jwt, catchUp });
   serveMetrics('gateway', () => {
     const c = hub.counts();
     M.watchActive.set(c.watchers);

@@ -45,6 +45,11 @@ export interface GateOptions {
   tokenTtlMs?: number;
   /** --auth-token jwt: tokens are JWTs, verified (before the handler runs) by this. */
   jwt?: JwtTokens;
+  /**
+   * Cluster mode: waits until this node has applied what the leader had committed (undefined
+   * when there is nothing to wait for). A refusal here is checked once more after it.
+   */
+  catchUp?: () => Promise<void> | undefined;
 }
 
 export class AuthGate {
@@ -54,6 +59,16 @@ export class AuthGate {
 
   constructor(readonly db: MvccDb, private readonly opts: GateOptions = {}) {
     this.now = opts.now ?? Date.now;
+  }
+
+  /**
+   * Before refusing a request: on a cluster node, a promise that resolves once it has applied
+   * what the leader had committed, so the caller can check again (a user, token or grant made
+   * through the leader a moment ago may not have reached this node's view yet; etcd checks a
+   * write when it applies it, in the leader's order). Undefined: the refusal stands as it is.
+   */
+  catchUp(): Promise<void> | undefined {
+    return this.opts.catchUp?.();
   }
 
   /** The auth state as of the current read transaction. */

@@ -75,7 +75,7 @@ function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck)
   return (call: ServerCall<Buffer, Buffer>, cb: UnaryCallback<Buffer>, traceParent: string | undefined) => {
     const body = call.request;
     if (body.length > MAX_REQUEST_BYTES) return cb(toServiceError(Errors.requestTooLarge));
-    const attempt = (n: number): void => {
+    const attempt = (n: number, caughtUp = false): void => {
       let revision: number;
       try {
         gate.db.env.resetReadTxn();
@@ -83,6 +83,9 @@ function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck)
         revision = meta.revision;
         if (meta.enabled) check(body, gate.identify(call, meta.revision));
       } catch (err) {
+        // A follower's view may lag what the leader granted a moment ago: check again once caught up.
+        const wait = !caughtUp && err instanceof EtcdError ? gate.catchUp() : undefined;
+        if (wait) return void wait.then(() => attempt(n, true), () => cb(toServiceError(err)));
         return cb(toServiceError(err));
       }
       link.call(op, body, revision, traceParent).then(

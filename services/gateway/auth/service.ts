@@ -2,9 +2,9 @@
 // gateway checked the caller (root, while auth is enabled) and hashed any password; reads
 // (UserGet/List, RoleGet/List) are answered here from LMDB, linearizably on a cluster (etcd
 // serves them through raft: a user added through the leader is there on a follower at once).
-// Authenticate checks the password
-// here (bcrypt off the event loop, the lockout first), and storage issues the token (a simple
-// token, through the WAL) or the gateway signs it (a JWT, --auth-token jwt: nothing stored).
+// Authenticate checks the password here (bcrypt off the event loop, the lockout first), and
+// storage issues the token (a simple token, through the WAL) or the gateway signs it (a JWT,
+// --auth-token jwt: nothing stored).
 import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
 import { service, encode } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
@@ -45,7 +45,7 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
    * follower's view may lag a change made through the leader a moment ago), as etcd reads
    * users and roles through raft and Authenticate after a linearizable read notify.
    */
-  const caughtUp = (): Promise<void> | undefined => (node.mustLinearize(false) ? node.cluster!.linearize() : undefined);
+  const caughtUp = (): Promise<void> | undefined => (node.mustLinearize(false) ? gate.catchUp() : undefined);
 
   /** A read handler, answered once caught up (`read` runs in a fresh read snapshot). */
   const linearRead = (read: (call: ServerCall<any, unknown>) => unknown): Handler => (call, cb) => {

@@ -24,16 +24,23 @@ const CODE_NAMES: Record<number, string> = {
 /** Runs `check` (auth enabled only) before `handler`; a refusal ends the call with its error. */
 export function checked(gate: AuthGate, check: Check, handler: AnyHandler): AnyHandler {
   return (call, cb) => {
-    try {
-      gate.db.env.resetReadTxn();
-      const caller = gate.caller(call);
-      if (caller) check(caller, call);
-    } catch (err) {
-      const st = toServiceError(err);
-      if (cb) return cb(st);
-      return void call.emit('error', st);
-    }
-    handler(call, cb);
+    const run = (caughtUp: boolean): void => {
+      try {
+        gate.db.env.resetReadTxn();
+        const caller = gate.caller(call);
+        if (caller) check(caller, call);
+      } catch (err) {
+        // A unary call refused on a follower whose view may lag the leader: checked again once
+        // caught up (a stream's handler is not delayed: it must attach to the call at once).
+        const wait = cb && !caughtUp && err instanceof EtcdError ? gate.catchUp() : undefined;
+        if (wait) return void wait.then(() => run(true), () => cb!(toServiceError(err)));
+        const st = toServiceError(err);
+        if (cb) return cb(st);
+        return void call.emit('error', st);
+      }
+      handler(call, cb);
+    };
+    run(false);
   };
 }
 
