@@ -69,7 +69,7 @@ test('auth on a cluster: tokens issued through a follower work there at once; a 
   }
 });
 
-test('users and roles changed through the leader are there on every follower at once: UserGet, RoleGet, UserList, a password change, Authenticate and a write after a grant (linearizable, as etcd)', { timeout: 240_000 }, async (t) => {
+test('users and roles changed through the leader are there on every follower at once: UserGet, RoleGet, UserList, a password change, Authenticate, and a write or a Lock after a grant (linearizable, as etcd)', { timeout: 240_000 }, async (t) => {
   const cluster = await startCluster(t, 3, { args: ['--bcrypt-cost', '4'] });
   const leader = await waitForLeader(cluster.nodes);
   const followers = cluster.nodes.filter((n) => n !== leader);
@@ -100,23 +100,31 @@ test('users and roles changed through the leader are there on every follower at 
   for (const [name, type, req] of [['UserAdd', 'AuthUserAddRequest', { name: 'root', password: 'rootpw' }], ['UserGrantRole', 'AuthUserGrantRoleRequest', { user: 'root', role: 'root' }], ['AuthEnable', 'AuthEnableRequest', {}]] as const) {
     await ok(onLeader(name, `etcdserverpb.${type}`, req), name);
   }
-  // Then a permission granted through the leader counts for that user's writes on a follower at
-  // once (etcd checks a write when it applies it, after the grant).
+  // Then a permission granted through the leader counts for that user's writes, and Locks, on a
+  // follower at once (etcd checks a write, and a Lock recipe's Txn, when it applies it).
   const root = await login(onLeader, 'root', 'rootpw');
   const kvs = followers.map((f) => rawClient(t, f.endpoint, 'etcdserverpb.KV'));
+  const leases = followers.map((f) => rawClient(t, f.endpoint, 'etcdserverpb.Lease'));
+  const locks = followers.map((f) => rawClient(t, f.endpoint, 'v3lockpb.Lock'));
   for (let i = 0; i < 50; i++) {
     await ok(onLeader('UserAdd', 'etcdserverpb.AuthUserAddRequest', { name: `a${i}`, password: `pw${i}` }, root), `UserAdd a${i}`);
     const tokens: string[] = [];
-    for (const f of onFollowers) {
+    const leaseIds: unknown[] = [];
+    for (const [j, f] of onFollowers.entries()) {
       const r = await ok(f.auth('Authenticate', 'etcdserverpb.AuthenticateRequest', { name: `a${i}`, password: `pw${i}` }), `Authenticate a${i} on ${f.id}`);
       tokens.push(decode<{ token: string }>('etcdserverpb.AuthenticateResponse', r.res!).token);
+      const l = await ok(leases[j]!('LeaseGrant', 'etcdserverpb.LeaseGrantRequest', { TTL: 60 }, tokens[j]), `LeaseGrant by a${i} on ${f.id}`);
+      leaseIds.push(decode<{ ID: unknown }>('etcdserverpb.LeaseGrantResponse', l.res!).ID);
     }
     await ok(onLeader('RoleAdd', 'etcdserverpb.AuthRoleAddRequest', { name: `rw${i}` }, root), `RoleAdd rw${i}`);
     const perm = { permType: 2, key: Buffer.from(`w${i}/`), rangeEnd: Buffer.from(`w${i}0`) }; // READWRITE on the prefix
     await ok(onLeader('RoleGrantPermission', 'etcdserverpb.AuthRoleGrantPermissionRequest', { name: `rw${i}`, perm }, root), `RoleGrantPermission rw${i}`);
     await ok(onLeader('UserGrantRole', 'etcdserverpb.AuthUserGrantRoleRequest', { user: `a${i}`, role: `rw${i}` }, root), `UserGrantRole a${i}`);
+    // Each follower's first request after the grant is a Put in even rounds, a Lock in odd ones.
     for (const [j, kv] of kvs.entries()) {
-      await ok(kv('Put', 'etcdserverpb.PutRequest', { key: Buffer.from(`w${i}/k`), value: Buffer.from('v') }, tokens[j]), `Put by a${i} on ${followers[j]!.id} right after the grant`);
+      const put = () => ok(kv('Put', 'etcdserverpb.PutRequest', { key: Buffer.from(`w${i}/k`), value: Buffer.from('v') }, tokens[j]), `Put by a${i} on ${followers[j]!.id} right after the grant`);
+      const lock = () => ok(locks[j]!('Lock', 'v3lockpb.LockRequest', { name: Buffer.from(`w${i}/lock-${j}`), lease: leaseIds[j] }, tokens[j]), `Lock by a${i} on ${followers[j]!.id} right after the grant`);
+      for (const step of i % 2 ? [lock, put] : [put, lock]) await step();
     }
   }
 });
