@@ -43,10 +43,15 @@ export interface S3TestServer {
 
 const CEPH_TIMEOUT_MS = 60_000;
 
-/** `n` consecutive free ports (for the OSD's messenger range), checked by binding them. */
-async function freePortRange(n: number): Promise<number> {
+/**
+ * `n` consecutive free ports (for the OSD's messenger range), checked by binding them, none of
+ * them in `avoid`: ports already chosen for the monitor and radosgw are free until those bind,
+ * and an OSD that took radosgw's would answer the S3 client ("Parse Error: Expected HTTP/").
+ */
+async function freePortRange(n: number, avoid: number[]): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const base = 20_000 + Math.floor(Math.random() * 30_000);
+    if (avoid.some((p) => p >= base && p < base + n)) continue;
     const servers: net.Server[] = [];
     try {
       for (let p = base; p < base + n; p++) {
@@ -133,7 +138,7 @@ export async function startS3Server(t: Ctx): Promise<S3TestServer> {
   const [monPort, rgwPort] = (await freePorts(2)) as [number, number];
   const fsid = randomUUID();
   for (const d of ['run', 'log', 'mon', 'osd/osd.0', 'rgw']) await mkdir(path.join(dir, d), { recursive: true });
-  await writeFile(conf, cephConf(dir, fsid, monPort, rgwPort, await freePortRange(16)));
+  await writeFile(conf, cephConf(dir, fsid, monPort, rgwPort, await freePortRange(16, [monPort, rgwPort])));
 
   // Processes run in the foreground (-f), owned by this test process; cleanups run in
   // reverse order, so radosgw stops first and the monitor last.
