@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
 import { encodeKeyValue } from '../shared/mvcc/keyvalue.js';
 import { keyRevValue, revKey, EVENT_PUT } from '../shared/mvcc/revision.js';
@@ -158,4 +159,5 @@ async function main(): Promise<void> {
   );
 }
 
-if (process.argv[1] && path.resolve(process.argv[1]) === new URL(import.meta.url).pathname) await main();
+// Run as a program (not when a test imports measureLayout).
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) await main();
