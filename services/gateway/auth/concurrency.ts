@@ -63,6 +63,7 @@ export function recipeGuard(gate: AuthGate, call: CallLike): OpGuard {
     read(key, rangeEnd) {
       now().caller?.read(key, rangeEnd ?? NONE);
     },
+    recheckAfter: (err) => gate.recheckAfter(err),
   };
 }
 

@@ -6,6 +6,7 @@
 // ran (jwt.ts) and carries its user and the auth revision of its login.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
+import { EtcdError } from '../../../shared/errors.js';
 import { authMeta, getRole, getToken, getUser, hasRootRole, tokenDigest } from '../../../shared/auth/tables.js';
 import { inReservedSpace, mergePerms, permitted, type UserPerms } from '../../../shared/auth/perms.js';
 import type { Checks } from '../../../shared/auth/requests.js';
@@ -69,6 +70,15 @@ export class AuthGate {
    */
   catchUp(): Promise<void> | undefined {
     return this.opts.catchUp?.();
+  }
+
+  /**
+   * After a permission check threw `err`: the catch-up to wait on before checking once more
+   * (see catchUp), or undefined when the refusal stands (not a cluster node, or not a refusal).
+   * A wait that fails (no leader to catch up with) leaves the refusal as it was.
+   */
+  recheckAfter(err: unknown): Promise<void> | undefined {
+    return err instanceof EtcdError ? this.catchUp() : undefined;
   }
 
   /** The auth state as of the current read transaction. */

@@ -84,7 +84,7 @@ function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck)
         if (meta.enabled) check(body, gate.identify(call, meta.revision));
       } catch (err) {
         // A follower's view may lag what the leader granted a moment ago: check again once caught up.
-        const wait = !caughtUp && err instanceof EtcdError ? gate.catchUp() : undefined;
+        const wait = caughtUp ? undefined : gate.recheckAfter(err);
         if (wait) return void wait.then(() => attempt(n, true), () => cb(toServiceError(err)));
         return cb(toServiceError(err));
       }

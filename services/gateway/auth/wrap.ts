@@ -32,7 +32,7 @@ export function checked(gate: AuthGate, check: Check, handler: AnyHandler): AnyH
       } catch (err) {
         // A unary call refused on a follower whose view may lag the leader: checked again once
         // caught up (a stream's handler is not delayed: it must attach to the call at once).
-        const wait = cb && !caughtUp && err instanceof EtcdError ? gate.catchUp() : undefined;
+        const wait = cb && !caughtUp ? gate.recheckAfter(err) : undefined;
         if (wait) return void wait.then(() => run(true), () => cb!(toServiceError(err)));
         const st = toServiceError(err);
         if (cb) return cb(st);

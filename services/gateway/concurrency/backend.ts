@@ -73,6 +73,12 @@ export interface OpGuard {
   grantLease(): void;
   /** Before a Range or a watch of [key, rangeEnd) (one key without rangeEnd). */
   read(key: Buffer, rangeEnd: Buffer | undefined): void;
+  /**
+   * After one of the checks above threw `err`: what to wait on before making it once more (a
+   * cluster node catching up with the leader, whose grant may not have reached it yet), or
+   * undefined when the refusal stands.
+   */
+  recheckAfter(err: unknown): Promise<void> | undefined;
 }
 
 export interface Backend {

@@ -40,17 +40,18 @@ export type BackendFor = (guard?: OpGuard) => Backend;
 
 export function gatewayBackend(db: MvccDb, node: NodeInfo, link: WriteLink, watch: WatchFn): BackendFor {
   /**
-   * Runs a permission check. On a cluster a refusal is checked once more after this node has
-   * what the leader had committed: a grant made through the leader a moment ago counts, as it
-   * does for etcd, which checks the recipe's requests when it applies them.
+   * Runs a permission check; a refusal is checked once more after the wait the guard names (on
+   * a cluster, until this node has what the leader had committed: a grant made through the
+   * leader a moment ago counts, as it does for etcd, which checks the recipe's requests when it
+   * applies them).
    */
-  const check = async <T>(fn: () => T): Promise<T> => {
+  const check = async <T>(guard: OpGuard, fn: () => T): Promise<T> => {
     try {
       return fn();
     } catch (err) {
-      const cluster = node.cluster;
-      if (!cluster || !(err instanceof EtcdError)) throw err;
-      await cluster.linearize().catch(() => {
+      const wait = guard.recheckAfter(err);
+      if (!wait) throw err;
+      await wait.catch(() => {
         throw err; // no leader to catch up with: the refusal stands
       });
       return fn();
@@ -58,7 +59,7 @@ export function gatewayBackend(db: MvccDb, node: NodeInfo, link: WriteLink, watc
   };
   const write = async (op: number, kind: 'txn' | 'deleteRange', body: Buffer, guard: OpGuard | undefined): Promise<Buffer> => {
     for (let attempt = 0; ; attempt++) {
-      const revision = guard ? await check(() => guard.write(kind, body)) : 0;
+      const revision = guard ? await check(guard, () => guard.write(kind, body)) : 0;
       try {
         return await link.call(op, body, revision);
       } catch (err) {
@@ -106,7 +107,7 @@ export function gatewayBackend(db: MvccDb, node: NodeInfo, link: WriteLink, watc
       return { header: node.header(rr.revision), kvs: rr.kvs.map((kv) => decode<KeyValueMessage>('mvccpb.KeyValue', kv)) };
     },
     async grantLease(ttl: number) {
-      if (guard) await check(() => guard.grantLease());
+      if (guard) await check(guard, () => guard.grantLease());
       const res = decode<{ ID: unknown }>('etcdserverpb.LeaseGrantResponse', await link.call(Op.LEASE_GRANT, encode('etcdserverpb.LeaseGrantRequest', { TTL: ttl, ID: 0 })));
       return bigint(res.ID as number);
     },
