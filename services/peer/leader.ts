@@ -50,6 +50,12 @@ const ACK_TIMEOUT_MS = 3000;
 const LATE_TICK_MS = 2 * HEARTBEAT_MS;
 /** A member disconnected this long is forgotten (see follower.ts: FAST_TAKEOVER_WINDOW_MS). */
 const FORGET_MS = 30_000;
+/**
+ * How long a commit notice may wait for the next batch, which carries `commitThrough` anyway:
+ * under a steady write load followers then get one message per batch instead of two. It is sent
+ * at once when something on a follower waits for it (a forwarded write, a linearizable read).
+ */
+const COMMIT_NOTICE_MS = 5;
 
 interface Chunk {
   first: number;
@@ -107,6 +113,8 @@ export class Leadership {
   private touching = false;
   private lastTouchAttempt = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** A commit notice not yet sent (COMMIT_NOTICE_MS). */
+  private notice: NodeJS.Timeout | undefined;
   /** When tick() last ran (monotonic ms): a long gap means this process was paused or starved. */
   private lastTickAt = performance.now();
   private ended: ((why: LeaderEnd) => void) | undefined;
@@ -172,6 +180,7 @@ export class Leadership {
     if (this.done) return;
     this.done = true;
     clearInterval(this.timer);
+    this.noticeSent();
     for (const [e, fn] of this.listeners) this.o.storage.off(e, fn);
     if (this.pending) {
       const msg = why === 'deposed' ? 'etcdserver: leader changed' : 'etcdserver: no leader';
@@ -218,6 +227,7 @@ export class Leadership {
     stages?.stamp(Stage.PEER_LEADER_RECEIVE, r.last);
     this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false };
     const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
+    this.noticeSent();
     for (const f of this.followers.values()) f.call.write(msg);
     stages?.stamp(Stage.PEER_LEADER_SENT, r.last);
     this.evaluate();
@@ -308,10 +318,22 @@ export class Leadership {
     this.committedRevision = b.revision;
     this.o.storage.replicated(b.last);
     stages?.stamp(Stage.PEER_LEADER_REPLICATED, b.last);
-    // At once, not with the next batch: a follower's local reads (Election.Leader, serializable
-    // Ranges) see a write made on the leader only once this arrives (docs/benchmarks.md).
+    if (!this.notice) this.notice = setTimeout(this.sendCommitNotice, COMMIT_NOTICE_MS);
+  }
+
+  /** Tells the followers what is committed now, unless a message did since the last commit. */
+  readonly sendCommitNotice = (): void => {
+    if (!this.notice || this.done) return;
+    this.noticeSent();
     const msg = { term: this.term, commitThrough: this.committedThrough };
     for (const f of this.followers.values()) f.call.write(msg);
+  };
+
+  /** A message carrying the current `commitThrough` is being sent: no separate notice is due. */
+  private noticeSent(): void {
+    if (!this.notice) return;
+    clearTimeout(this.notice);
+    this.notice = undefined;
   }
 
   // ---- followers ---------------------------------------------------------------------------
@@ -411,6 +433,7 @@ export class Leadership {
     if (this.done) return;
     const now = performance.now();
     this.lastTickAt = now;
+    this.noticeSent(); // the heartbeats carry it
     for (const f of [...this.followers.values()]) {
       if (now - f.lastAckAt > ACK_TIMEOUT_MS) this.drop(f, `no ACK for ${ACK_TIMEOUT_MS} ms`);
       else f.call.write({ term: this.term, commitThrough: this.committedThrough });
@@ -449,10 +472,15 @@ export class Leadership {
     }
   }
 
-  /** Peer.GetRevision / a linearizable read on this node: only while the lock is surely ours. */
-  readIndex(): { index: number; revision: number; term: number } {
+  /**
+   * Peer.GetRevision / a linearizable read on this node: only while the lock is surely ours.
+   * `forFollower`: the reader's node applies through `index` before it answers, so the commit
+   * notice leaves now.
+   */
+  readIndex(forFollower = false): { index: number; revision: number; term: number } {
     this.catchUpTimers();
     if (this.done || !this.fresh()) throw Errors.noLeader;
+    if (forFollower) this.sendCommitNotice();
     return { index: this.committedThrough, revision: this.committedRevision, term: this.term };
   }
 }

@@ -72,7 +72,7 @@ export async function runPeer(cfg: Config): Promise<void> {
     GetRevision: (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
       try {
         if (!node.leads(call)) throw Errors.noLeader;
-        cb(null, node.leadership!.readIndex());
+        cb(null, node.leadership!.readIndex(true));
       } catch (err) {
         cb({ code: (err as EtcdError).code ?? status.UNAVAILABLE, details: (err as Error).message });
       }
@@ -346,7 +346,12 @@ class PeerNode {
   leaderHandler(kind: 'Write' | 'Lease'): BatchHandler {
     return (op, body, done, authRevision, traceParent) => {
       if (!this.leadership) return done(Errors.noLeader);
-      pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), done);
+      const leadership = this.leadership;
+      // The follower answers once it has applied the write: its commit notice leaves now.
+      pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), (r) => {
+        leadership.sendCommitNotice();
+        done(r);
+      });
     };
   }
 

@@ -142,9 +142,27 @@ export class PeerAttach {
       const x = m.entries;
       const records = x.frames?.length ? decodeFrames(x.frames).records : [];
       if (records.length) stages?.stamp(Stage.FOLLOWER_STORAGE_RECEIVE, n(x.last));
-      e.appendReplicated(records, x.committed ? n(x.last) : n(x.commitThrough));
-      stream.write({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
-      if (records.length) stages?.stamp(Stage.FOLLOWER_PROGRESS_SENT, e.lastIndex);
+      const commit = x.committed ? n(x.last) : n(x.commitThrough);
+      const progress = () => ({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
+      if (!records.length) {
+        e.applyReplicated(commit);
+        stream.write(progress());
+        return;
+      }
+      // The leader waits for this append's ACK, not for the apply of what the batch says is
+      // committed (an LMDB transaction and the watchers' feed): the ACK leaves first, the apply
+      // runs once the progress message is on its way (docs/benchmarks.md, "ACK before apply").
+      e.appendReplicated(records);
+      const sent = new Promise<void>((resolve) => {
+        const late = setTimeout(resolve, 20); // a stream that broke may never call back
+        stream.write(progress(), () => {
+          clearTimeout(late);
+          setImmediate(resolve);
+        });
+      });
+      stages?.stamp(Stage.FOLLOWER_PROGRESS_SENT, e.lastIndex);
+      await sent;
+      e.applyReplicated(commit);
     }
   }
 

@@ -489,16 +489,15 @@ export class Engine {
   }
 
   /**
-   * Follower: appends entries the leader sent (one write, one fdatasync), then applies what is
-   * committed. Entries already held are skipped; a gap throws (the peer agent resyncs).
-   * Below the free-space floor it throws FreeSpaceError before touching the WAL or LMDB (an
-   * apply through the memory map on a full disk would SIGBUS the process): nothing is taken,
-   * so nothing is ACKed (services/storage/cluster.ts).
+   * Follower: appends entries the leader sent (one write, one fdatasync), then, given
+   * `commitThrough`, applies what is committed (applyReplicated). Entries already held are
+   * skipped; a gap throws (the peer agent resyncs). Below the free-space floor it throws
+   * FreeSpaceError before touching the WAL or LMDB (an apply through the memory map on a full
+   * disk would SIGBUS the process): nothing is taken, so nothing is ACKed
+   * (services/storage/cluster.ts).
    */
-  appendReplicated(records: WalRecord[], commitThrough: number): void {
-    if (this.role === 'leader' || this.role === 'single') throw new Error(`replicated entries refused: this node is ${this.role}`);
-    const refused = this.space.check();
-    if (refused) throw refused;
+  appendReplicated(records: WalRecord[], commitThrough?: number): void {
+    this.checkFollowerSpace();
     let fresh = records;
     const last = this.wal.lastIndex;
     if (records.length && records[0].index <= last) {
@@ -527,7 +526,19 @@ export class Engine {
       stages?.stamp(Stage.FOLLOWER_FSYNCED, Number(this.wal.lastIndex));
       for (const r of fresh) this.staged.push(r);
     }
+    if (commitThrough !== undefined) this.applyThrough(Math.min(commitThrough, this.lastIndex));
+  }
+
+  /** Follower: applies the entries it holds through `commitThrough` (what the leader committed). */
+  applyReplicated(commitThrough: number): void {
+    this.checkFollowerSpace();
     this.applyThrough(Math.min(commitThrough, this.lastIndex));
+  }
+
+  private checkFollowerSpace(): void {
+    if (this.role === 'leader' || this.role === 'single') throw new Error(`replicated entries refused: this node is ${this.role}`);
+    const refused = this.space.check();
+    if (refused) throw refused;
   }
 
   /** Applies staged WAL entries through `through` in one LMDB transaction, and publishes them. */
