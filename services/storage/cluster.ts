@@ -144,14 +144,16 @@ export class PeerAttach {
       if (records.length) stages?.stamp(Stage.FOLLOWER_STORAGE_RECEIVE, n(x.last));
       const commit = x.committed ? n(x.last) : n(x.commitThrough);
       const progress = () => ({ progress: { durableThrough: e.lastIndex, appliedThrough: e.appliedIndex, revision: e.revision } });
-      if (!records.length) {
-        e.applyReplicated(commit);
+      if (!records.length || x.committed) {
+        // A commit position alone, or entries caught up from the object store: applied before
+        // the progress, which the peer agent awaits as "applied" (StorageSide.committedEntries).
+        e.appendReplicated(records, commit);
         stream.write(progress());
         return;
       }
-      // The leader waits for this append's ACK, not for the apply of what the batch says is
-      // committed (an LMDB transaction and the watchers' feed): the ACK leaves first, the apply
-      // runs once the progress message is on its way (docs/benchmarks.md, "ACK before apply").
+      // A leader's batch: the leader waits for this append's ACK, not for the apply of what the
+      // batch says is committed (an LMDB transaction and the watchers' feed). The ACK leaves
+      // first, the apply once it is on its way (docs/benchmarks.md, "ACK before apply").
       e.appendReplicated(records);
       const sent = new Promise<void>((resolve) => {
         const late = setTimeout(resolve, 20); // a stream that broke may never call back

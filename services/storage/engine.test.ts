@@ -223,7 +223,7 @@ test('a follower below the free-space floor takes no replicated entries (nothing
     return true;
   });
   // A commit position alone (a heartbeat) applies nothing either: LMDB is not written below the floor.
-  assert.throws(() => follower.applyReplicated(1), FreeSpaceError);
+  assert.throws(() => follower.appendReplicated([], 1), FreeSpaceError);
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [0, 0, 1], 'nothing appended or applied');
   assert.equal(liveVersion(follower.db, Buffer.from('a')), undefined);
 
