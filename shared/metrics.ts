@@ -86,19 +86,19 @@ zeroKnownLabels();
 /** Every metric of the spec, by name (the tests check the merged exposition against it). */
 export const SPEC_METRIC_NAMES: readonly string[] = [...owned.values()].flat().map((m) => (m as unknown as { name: string }).name);
 
+/** How often Node's event-loop delay is sampled for `nodejs_eventloop_lag_*` (ms). */
+const EVENT_LOOP_SAMPLE_MS = 100;
+
 /**
  * This process's registry: the metrics `owner` counts, and Node's process metrics. `adopt`
  * names owners that run no process on this node (no archiver without an object store): their
  * metrics are exported from here, at zero, so the exposition always has every metric.
  */
-/** How often Node's event-loop delay is sampled for `nodejs_eventloop_lag_*` (ms). */
-const EVENT_LOOP_SAMPLE_MS = 100;
-
 export function processRegistry(owner: Owner, adopt: Owner[] = []): client.Registry {
   const registry = new client.Registry();
   for (const o of [owner, ...adopt]) for (const m of owned.get(o) ?? []) registry.registerMetric(m);
   // prom-client samples the event loop's delay with a libuv timer, every 10 ms by default: 100
-  // wake-ups a second in every process of an idle node (five per node), most of its idle CPU.
+  // wake-ups a second in every kvs process, about half of an idle node's CPU.
   // Every 100 ms still catches a stalled loop; the lag percentiles come from fewer samples.
   client.collectDefaultMetrics({ register: registry, labels: { component: owner }, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   return registry;
