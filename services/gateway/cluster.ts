@@ -8,7 +8,7 @@ import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
 import { Role } from '../../shared/cluster.js';
-import { BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
+import { BatchLink, grpcBatchCalls, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { Op } from '../storage/engine.js';
@@ -121,7 +121,7 @@ export class ClusterView {
 
   /** The agent's Forward streams (writes and lease calls while this node follows). */
   forwardLink(method: 'Forward' | 'ForwardLease', log: Logger): BatchLink {
-    return new BatchLink(this.client, method, log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
+    return new BatchLink(grpcBatchCalls(this.client, method), log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
   }
 
   close(): void {

@@ -12,7 +12,7 @@ import { parseDuration } from '../../shared/duration.js';
 import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
-import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
+import { BatchLink, grpcBatchCalls, storageLink } from '../../shared/grpc/batch-link.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
@@ -310,7 +310,7 @@ class PeerNode {
       this.remote?.client.close();
       const client = peerClient(leader.peerUrl, this.creds, epoch);
       const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
-      this.remote = { leader: key, client, Write: new BatchLink(client, 'Forward', this.log, opts), Lease: new BatchLink(client, 'ForwardLease', this.log, opts) };
+      this.remote = { leader: key, client, Write: new BatchLink(grpcBatchCalls(client, 'Forward'), this.log, opts), Lease: new BatchLink(grpcBatchCalls(client, 'ForwardLease'), this.log, opts) };
     }
     return this.remote;
   }

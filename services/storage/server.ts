@@ -1,9 +1,9 @@
 // The Storage service on <data-dir>/run/storage.sock: a long-lived bidi stream of write
 // batches (one message per caller event-loop turn), answered per group-commit drain, and a
 // second stream of the same shape for lease keep-alives and queries, which never write.
-import * as grpc from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
 import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../shared/grpc/batch-stream.js';
+import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
 import type { Engine } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
@@ -12,31 +12,34 @@ import { Stage, stages } from '../../shared/stages.js';
 interface WriteBatch { requests: BatchRequest[] }
 
 export interface StorageServer {
-  server: grpc.Server;
+  server: GrpcServer;
   /** Ends every write stream (callers reconnect to the next storage process). */
   endStreams(): void;
 }
 
 export function storageServer(engine: Engine, log: Logger): StorageServer {
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
-  const streams = new Set<grpc.ServerDuplexStream<WriteBatch, unknown> | grpc.ServerWritableStream<unknown, unknown>>();
+  // Our own gRPC server on node:http2 (as the client port's), not grpc-js's: a message on this
+  // hop costs about half the CPU and latency (`npm run hop`, docs/benchmarks.md). The callers'
+  // batch streams (shared/grpc/h2-stream.ts) and grpc-js's clients (the feed) both speak to it.
+  const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
+  const streams = new Set<ServerCall<any, any>>();
   // Stage tracing: the answers of a Write message leave in the turn after their batch was
   // applied (nothing applies in between), so the applied index names the batch they answer.
   const trace = stages;
   const answersSent = trace && (() => trace.stamp(Stage.STORAGE_ANSWER_SENT, engine.appliedIndex));
-  const serveBatches = (call: grpc.ServerDuplexStream<WriteBatch, unknown>, handle: BatchHandler, onFlush?: () => void) => {
+  const serveBatches = (call: ServerCall<WriteBatch, any>, handle: BatchHandler, onFlush?: () => void) => {
     streams.add(call);
     call.on('close', () => streams.delete(call));
     serveBatchStream(call, handle, (err) => log.debug({ err }, 'storage stream closed'), onFlush);
   };
   server.addService(service('kvs.storage.Storage'), {
-    Write(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
+    Write(call: ServerCall<WriteBatch, any>) {
       serveBatches(call, (op, body, done, authRevision, traceParent) => engine.submit(op, body, done, authRevision, traceParent), answersSent);
     },
-    Lease(call: grpc.ServerDuplexStream<WriteBatch, unknown>) {
+    Lease(call: ServerCall<WriteBatch, any>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));
     },
-    Feed(call: grpc.ServerWritableStream<unknown, unknown>) {
+    Feed(call: ServerCall<unknown, any>) {
       streams.add(call);
       // The first message tells where the stream starts; a subscriber that fell behind is
       // skipped until its buffer drains, then told the current revision (it fills the gap
@@ -59,7 +62,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
       call.on('close', done);
       call.on('error', (err) => log.debug({ err }, 'feed stream closed'));
     },
-    Status(_call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) {
+    Status(_call: ServerCall<unknown, unknown>, cb: UnaryCallback<unknown>) {
       // LMDB's high-water mark: with a writable memory map the file's length is the map size.
       const { dbSize } = dbSizes(engine.db);
       cb(null, {

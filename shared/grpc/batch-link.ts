@@ -8,8 +8,9 @@
 // Writes not yet sent wait for the reconnection, up to `waitMs`, then fail with `unavailable`
 // without having been sent.
 import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from './server.js';
+import { UnixH2Channel } from './h2-stream.js';
 import { EtcdError, Errors } from '../errors.js';
 import type { Logger } from '../log.js';
 
@@ -27,7 +28,8 @@ interface Queued {
 }
 interface Result { id: number | { toNumber(): number }; body: Buffer; code: number; message: string }
 
-export const StorageClient = grpc.makeGenericClientConstructor(service('kvs.storage.Storage'), 'Storage');
+const STORAGE = service('kvs.storage.Storage');
+export const StorageClient = grpc.makeGenericClientConstructor(STORAGE, 'Storage');
 
 /** What callers of a write stream need: the gateway's services take any of them. */
 export interface WriteLink {
@@ -43,9 +45,30 @@ export interface BatchLinkOptions {
   peerName?: string;
 }
 
+/** What a link writes on: one bidi call at a time (the next one after the last broke). */
+interface BatchCall {
+  on(event: 'metadata', listener: () => void): unknown;
+  on(event: 'data', listener: (msg: { results: Result[] }) => void): unknown;
+  on(event: 'error', listener: (err?: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  write(message: { requests: unknown[] }): boolean;
+  end(): void;
+}
+
+/** Opens the link's calls: a grpc-js client's bidi method, or our own stream to storage. */
+export interface BatchCalls {
+  open(): BatchCall;
+  close(): void;
+}
+
+/** `method`: the client's bidi method carrying WriteBatch / WriteResultBatch. */
+export function grpcBatchCalls(client: grpc.Client, method: string): BatchCalls {
+  const c = client as grpc.Client & Record<string, () => BatchCall>;
+  return { open: () => c[method](), close: () => client.close() };
+}
+
 export class BatchLink implements WriteLink {
-  private readonly client: grpc.Client & Record<string, any>;
-  private stream: grpc.ClientDuplexStream<unknown, { results: Result[] }> | undefined;
+  private stream: BatchCall | undefined;
   /** True once the storage process answered on the current stream. */
   private connected = false;
   private nextId = 1;
@@ -60,9 +83,7 @@ export class BatchLink implements WriteLink {
   private readonly unavailable: EtcdError;
   private readonly peerName: string;
 
-  /** `method`: the client's bidi method carrying WriteBatch / WriteResultBatch. */
-  constructor(client: grpc.Client, private readonly method: string, private readonly log: Logger, opts: BatchLinkOptions = {}) {
-    this.client = client as grpc.Client & Record<string, any>;
+  constructor(private readonly calls: BatchCalls, private readonly log: Logger, opts: BatchLinkOptions = {}) {
     this.waitMs = opts.waitMs ?? 5000;
     this.unavailable = opts.unavailable ?? Errors.storageUnavailable;
     this.peerName = opts.peerName ?? 'storage';
@@ -75,7 +96,7 @@ export class BatchLink implements WriteLink {
 
   private open(): void {
     if (this.closed) return;
-    const stream = this.client[this.method]() as grpc.ClientDuplexStream<unknown, { results: Result[] }>;
+    const stream = this.calls.open();
     this.stream = stream;
     // The storage server sends its metadata as soon as the stream is accepted.
     stream.on('metadata', () => {
@@ -171,11 +192,13 @@ export class BatchLink implements WriteLink {
     this.outbox = [];
     this.sent.clear();
     this.stream?.end();
-    this.client.close();
+    this.calls.close();
   }
 }
 
 /** The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock. */
 export function storageLink(socket: string, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
-  return new BatchLink(new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS), method, log, { waitMs });
+  const channel = new UnixH2Channel(socket);
+  const def = STORAGE[method] as MethodDefinition<unknown, { results: Result[] }>;
+  return new BatchLink({ open: () => channel.stream(def), close: () => channel.close() }, log, { waitMs });
 }

@@ -10,7 +10,17 @@ export interface BatchRequest { id: unknown; op: number; body: Uint8Array; authR
 export interface BatchResult { body?: Buffer; code: number; message: string }
 export type BatchHandler = (op: number, body: Uint8Array, done: (r: BatchResult) => void, authRevision: number, traceParent: string) => void;
 
-type BatchCall = grpc.ServerDuplexStream<{ requests: BatchRequest[] }, unknown>;
+/** A served bidi call: grpc-js's ServerDuplexStream (the peer agent) or our own ServerCall (storage). */
+export interface BatchCall {
+  sendMetadata(metadata: grpc.Metadata): void;
+  write(message: { results: unknown[] }): boolean;
+  end(): void;
+  readonly writable: boolean;
+  readonly destroyed: boolean;
+  on(event: 'data', listener: (batch: { requests: BatchRequest[] }) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+}
 
 /**
  * Serves one stream; `onError` runs when it fails. `onFlush` (stage tracing only) runs after

@@ -15,9 +15,11 @@ import net from 'node:net';
 import tls from 'node:tls';
 import zlib from 'node:zlib';
 import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
 import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
 import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from './client-tls.js';
 import { routeConnection } from './authority.js';
+import { COPY_LIMIT, MessageReader, frame, prefix, writeMessage } from './framing.js';
 
 /** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
 export interface StatusLike {
@@ -91,26 +93,6 @@ export function parseTimeout(value: string | string[] | undefined): number | und
   if (typeof value !== 'string') return undefined;
   const m = /^(\d{1,8})([HMSmun])$/.exec(value);
   return m ? Number(m[1]) * TIMEOUT_UNITS[m[2]] : undefined;
-}
-
-/** Messages up to this size are copied behind their prefix; larger ones go out as two chunks. */
-const COPY_LIMIT = 16 * 1024;
-
-/** The 5-byte message prefix: flag 0 (not compressed) and the length. */
-function prefix(length: number): Buffer {
-  const out = Buffer.allocUnsafe(5);
-  out[0] = 0;
-  out.writeUInt32BE(length, 1);
-  return out;
-}
-
-/** A small message with its prefix, in one buffer (one chunk for the HTTP/2 stream). */
-function frame(message: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(5 + message.length);
-  out[0] = 0;
-  out.writeUInt32BE(message.length, 1);
-  message.copy(out, 5);
-  return out;
 }
 
 type Method = MethodDefinition<any, any>;
@@ -193,10 +175,12 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   write(message: Res): boolean {
     if (this.finished || this.gone()) return false;
     this.sendHeaders();
-    const body = this.method.responseSerialize(message) as Buffer;
-    if (body.length <= COPY_LIMIT) return this.stream.write(frame(body));
-    this.stream.write(prefix(body.length));
-    return this.stream.write(body);
+    return writeMessage(this.stream, this.method.responseSerialize(message) as Buffer);
+  }
+
+  /** Sends the response headers now (grpc-js's sendMetadata; a caller learns the call is served). */
+  sendMetadata(): void {
+    if (!this.finished && !this.gone()) this.sendHeaders();
   }
 
   /** Ends a streaming call with status OK (after the messages written so far). */
@@ -316,58 +300,6 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   }
 }
 
-/** Splits the HTTP/2 DATA stream into gRPC messages. */
-class MessageReader {
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
-  /** The length of the message being read, once its 5-byte prefix is in. */
-  private need = -1;
-  private compressed = false;
-
-  constructor(
-    private readonly max: number,
-    private readonly onMessage: (msg: Buffer, compressed: boolean) => void,
-    private readonly onTooLarge: (size: number) => void,
-  ) {}
-
-  push(chunk: Buffer): void {
-    // Fast path: a chunk that is exactly one whole message (the usual unary request).
-    if (this.pendingBytes === 0 && chunk.length >= 5) {
-      const len = chunk.readUInt32BE(1);
-      if (len > this.max) return this.onTooLarge(len);
-      if (chunk.length === 5 + len) return this.onMessage(chunk.subarray(5), chunk[0] === 1);
-    }
-    this.pending.push(chunk);
-    this.pendingBytes += chunk.length;
-    for (;;) {
-      if (this.need < 0) {
-        if (this.pendingBytes < 5) return;
-        const head = this.take(5);
-        this.compressed = head[0] === 1;
-        this.need = head.readUInt32BE(1);
-        if (this.need > this.max) {
-          this.pending = [];
-          this.pendingBytes = 0;
-          return this.onTooLarge(this.need);
-        }
-      }
-      if (this.pendingBytes < this.need) return;
-      const msg = this.take(this.need);
-      this.need = -1;
-      this.onMessage(msg, this.compressed);
-    }
-  }
-
-  private take(n: number): Buffer {
-    const all = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
-    const out = all.subarray(0, n);
-    const rest = all.subarray(n);
-    this.pending = rest.length ? [rest] : [];
-    this.pendingBytes = rest.length;
-    return out;
-  }
-}
-
 /**
  * After some protocol errors node's http2 sends GOAWAY with the error code, then neither reads
  * nor closes the connection, and tells JS nothing (RFC 9113 5.4.1 says it MUST close it): one
@@ -401,6 +333,8 @@ export class GrpcServer {
   /** Makes the HTTP/2 sessions; it never listens itself: `listener` hands it each connection. */
   private readonly h2: http2.Http2Server;
   private listener: net.Server | undefined;
+  /** Serving our own processes on a Unix socket: no stranger to probe (see IDLE_PROBE_MS). */
+  private internal = false;
   private readonly sessions = new Set<http2.ServerHttp2Session>();
   /** The connection being handed to `h2` (its 'session' event fires synchronously). */
   private accepting: net.Socket | undefined;
@@ -425,7 +359,8 @@ export class GrpcServer {
       // A client that breaks the connection is that client's problem; the server goes on.
       session.on('error', () => {});
       session.on('goaway', onClientGoaway);
-      session.setTimeout(IDLE_PROBE_MS, () => probe(session));
+      // A busy caller (a long GC pause) must not lose its long-lived streams to a probe.
+      if (!this.internal) session.setTimeout(IDLE_PROBE_MS, () => probe(session));
     });
     // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
     this.h2.on('unknownProtocol', (socket: tls.TLSSocket) => {
@@ -445,8 +380,24 @@ export class GrpcServer {
     }
   }
 
-  /** Listens on "host:port" (IPv6 hosts in brackets); resolves with the bound port. */
+  /**
+   * Listens on "host:port" (IPv6 hosts in brackets), resolving with the bound port, or on
+   * "unix:<path>" (the internal services' sockets, always plaintext), resolving with 0.
+   */
   listen(address: string): Promise<number> {
+    if (address.startsWith('unix:')) {
+      // Internal callers are our own processes: no :authority to look at (authority.ts).
+      this.internal = true;
+      const listener = (this.listener = net.createServer((socket) => this.handOver(socket)));
+      return new Promise((resolve, reject) => {
+        const onError = (err: Error) => reject(new Error(`cannot listen on ${address}: ${err.message}`));
+        listener.once('error', onError);
+        listener.listen(address.slice(5), () => {
+          listener.off('error', onError);
+          resolve(0);
+        });
+      });
+    }
     const m = /^(?:\[(.*)\]|(.*)):(\d+)$/.exec(address);
     if (!m) return Promise.reject(new Error(`cannot listen on ${address}: expected host:port`));
     const host = m[1] ?? m[2];
@@ -505,14 +456,18 @@ export class GrpcServer {
   private accept(socket: net.Socket): void {
     const abandon = routeConnection(socket, (transport) => {
       this.looking.delete(abandon);
-      this.accepting = socket;
-      try {
-        this.h2.emit('connection', transport);
-      } finally {
-        this.accepting = undefined;
-      }
+      this.handOver(socket, transport);
     });
     this.looking.add(abandon);
+  }
+
+  private handOver(socket: net.Socket, transport: net.Socket | Duplex = socket): void {
+    this.accepting = socket;
+    try {
+      this.h2.emit('connection', transport);
+    } finally {
+      this.accepting = undefined;
+    }
   }
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */

@@ -2,21 +2,27 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { GrpcServer } from './http2-server.js';
 
 /** Binds a server on a unix socket, replacing a stale socket file left by a crashed process. */
-export async function bindUnix(server: grpc.Server, socket: string): Promise<void> {
+export async function bindUnix(server: grpc.Server | GrpcServer, socket: string): Promise<void> {
   fs.mkdirSync(path.dirname(socket), { recursive: true });
   if (Buffer.byteLength(socket) > 107) {
     throw new Error(`socket path ${socket} is longer than the 107 bytes unix sockets allow; use a shorter --data-dir`);
   }
   fs.rmSync(socket, { force: true });
+  if (server instanceof GrpcServer) {
+    await server.listen(`unix:${socket}`);
+    return;
+  }
   await new Promise<void>((resolve, reject) =>
     server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
   );
 }
 
 /** Stops a server: lets calls finish for up to `graceMs`, then cuts the rest. */
-export function shutdown(server: grpc.Server, graceMs = 5000): Promise<void> {
+export function shutdown(server: grpc.Server | GrpcServer, graceMs = 5000): Promise<void> {
+  if (server instanceof GrpcServer) return server.shutdown(graceMs);
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
       server.forceShutdown();

@@ -1,0 +1,87 @@
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { service } from '../proto/index.js';
+import { GrpcServer, type ServerCall } from './http2-server.js';
+import { serveBatchStream } from './batch-stream.js';
+import { storageLink } from './batch-link.js';
+import { MessageReader, frame } from './framing.js';
+import { bindUnix } from './server.js';
+import { EtcdError } from '../errors.js';
+
+const silent = pino({ level: 'silent' });
+
+function socketPath(t: TestContext): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-h2-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return path.join(dir, 's.sock');
+}
+
+/** A Storage server whose Write stream answers each request with its own body (op 9: an error). */
+async function echoStorage(socket: string): Promise<GrpcServer> {
+  const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
+  server.addService(service('kvs.storage.Storage'), {
+    Write(call: ServerCall<any, any>) {
+      serveBatchStream(call, (op, body, done) => done(op === 9 ? { code: 9, message: 'refused' } : { body: Buffer.from(body), code: 0, message: '' }));
+    },
+  });
+  await bindUnix(server, socket);
+  return server;
+}
+
+test('MessageReader: whole messages, a prefix alone, a message across chunks, two in one chunk', () => {
+  const got: string[] = [];
+  const reader = new MessageReader(1 << 20, (m) => got.push(m.toString()), () => assert.fail('too large'));
+  reader.push(frame(Buffer.from('one')));
+  // A sender that writes the 5-byte prefix on its own (as writeMessage does for large messages):
+  // the next chunk is that message, even when it looks like a whole message itself.
+  const body = frame(Buffer.from('abc')); // 8 bytes: a valid frame of its own...
+  const prefix = Buffer.from([0, 0, 0, 0, body.length]); // ...but here the body of a prefixed message
+  reader.push(prefix);
+  reader.push(body);
+  const long = frame(Buffer.from('x'.repeat(1000)));
+  reader.push(long.subarray(0, 3));
+  reader.push(long.subarray(3, 700));
+  reader.push(long.subarray(700));
+  reader.push(Buffer.concat([frame(Buffer.from('a')), frame(Buffer.from('b'))]));
+  assert.deepEqual(got, ['one', body.toString(), 'x'.repeat(1000), 'a', 'b']);
+  let size = 0;
+  new MessageReader(10, () => assert.fail('delivered'), (n) => (size = n)).push(frame(Buffer.alloc(11)));
+  assert.equal(size, 11);
+});
+
+test('storage link on our HTTP/2 stream: small and large writes, errors, and a restarted server', async (t) => {
+  const socket = socketPath(t);
+  let server = await echoStorage(socket);
+  const link = storageLink(socket, silent, 'Write', 2000);
+  t.after(async () => {
+    link.close();
+    await server.shutdown(100);
+  });
+  // Sizes around the point where a message's prefix is written apart from it (16 KiB), and 4 MiB.
+  for (const n of [1, 16 * 1024 - 1, 16 * 1024, 16 * 1024 + 1, 4 << 20]) {
+    const body = Buffer.alloc(n, n % 251);
+    assert.ok((await link.call(1, body)).equals(body), `a ${n}-byte write comes back whole`);
+  }
+  // Many in one event-loop turn travel in one message and each gets its own answer.
+  const many = await Promise.all(Array.from({ length: 200 }, (_, i) => link.call(1, Buffer.from(`w${i}`))));
+  assert.deepEqual(many.map(String), Array.from({ length: 200 }, (_, i) => `w${i}`));
+  await assert.rejects(link.call(9, Buffer.from('x')), (err: EtcdError) => err.code === 9 && err.message === 'refused');
+
+  // The server goes away and comes back on the same socket: the link reconnects by itself. A
+  // write the link sent before it saw the old connection go fails UNAVAILABLE (its outcome is
+  // unknown, as for any client whose server went away); one retry, as clients do, gets through.
+  await server.shutdown(100);
+  server = await echoStorage(socket);
+  let answer: Buffer | undefined;
+  for (let attempt = 0; attempt < 3 && !answer; attempt++) {
+    answer = await link.call(1, Buffer.from('after')).catch((err: EtcdError) => {
+      assert.equal(err.code, 14);
+      return undefined;
+    });
+  }
+  assert.equal(String(answer), 'after');
+});
