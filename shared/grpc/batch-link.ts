@@ -28,8 +28,8 @@ interface Queued {
 }
 interface Result { id: number | { toNumber(): number }; body: Buffer; code: number; message: string }
 
-const STORAGE = service('kvs.storage.Storage');
-export const StorageClient = grpc.makeGenericClientConstructor(STORAGE, 'Storage');
+/** kvs.storage.Storage's methods, for callers on our own HTTP/2 streams (h2-stream.ts). */
+export const STORAGE = service('kvs.storage.Storage');
 
 /** What callers of a write stream need: the gateway's services take any of them. */
 export interface WriteLink {

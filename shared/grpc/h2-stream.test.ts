@@ -1,13 +1,16 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
+import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
 import { GrpcServer, type ServerCall } from './http2-server.js';
 import { serveBatchStream } from './batch-stream.js';
-import { storageLink } from './batch-link.js';
+import { STORAGE, storageLink } from './batch-link.js';
+import { UnixH2Channel, type H2Stream } from './h2-stream.js';
 import { MessageReader, frame } from './framing.js';
 import { bindUnix } from './server.js';
 import { EtcdError } from '../errors.js';
@@ -84,4 +87,49 @@ test('storage link on our HTTP/2 stream: small and large writes, errors, and a r
     });
   }
   assert.equal(String(answer), 'after');
+});
+
+test('a server-streaming call on our HTTP/2 stream: messages in order, then end; a cancel ends it as an error', async (t) => {
+  const socket = socketPath(t);
+  const server = new GrpcServer({ maxReceiveMessageLength: 1 << 20 });
+  let cancelled: Promise<unknown> | undefined;
+  server.addService(service('kvs.storage.Storage'), {
+    Feed(call: ServerCall<any, any>) {
+      for (let r = 1; r <= 3; r++) call.write({ revision: r, entries: [Buffer.alloc(20_000, r)] });
+      // The second call stays open until its caller cancels it.
+      if (cancelled) return call.end();
+      cancelled = new Promise((resolve) => call.on('cancelled', resolve));
+    },
+  });
+  await bindUnix(server, socket);
+  const channel = new UnixH2Channel(socket);
+  t.after(async () => {
+    channel.close();
+    await server.shutdown(100);
+  });
+  const feed = STORAGE.Feed as MethodDefinition<object, { revision: unknown; entries: Uint8Array[] }>;
+  const read = (call: H2Stream<object, { revision: unknown; entries: Uint8Array[] }>, n: number) =>
+    new Promise<number[]>((resolve) => {
+      const got: number[] = [];
+      call.on('data', (m) => {
+        assert.equal(m.entries[0]!.length, 20_000);
+        if (got.push(Number(m.revision)) === n) resolve(got);
+      });
+    });
+
+  const open = channel.stream(feed);
+  open.write({});
+  open.end();
+  assert.deepEqual(await read(open, 3), [1, 2, 3]);
+  const failed = once(open, 'error');
+  open.cancel();
+  await cancelled;
+  assert.match(String((await failed)[0]), /Feed/);
+
+  const ended = channel.stream(feed);
+  ended.write({});
+  ended.end();
+  const done = once(ended, 'end');
+  assert.deepEqual(await read(ended, 3), [1, 2, 3]);
+  await done;
 });

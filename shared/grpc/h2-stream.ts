@@ -1,5 +1,5 @@
-// The callers' side of storage's batch streams (Storage.Write, Storage.Lease) on node:http2
-// over the Unix socket, with gRPC's framing and no gRPC library: a message on this hop costs
+// The callers' side of storage's streams (Storage.Write and Storage.Lease, the gateway's
+// Storage.Feed) on node:http2 over the Unix socket, with gRPC's framing and no gRPC library: a message on this hop costs
 // about half the CPU and latency of @grpc/grpc-js's client and server (`npm run hop`,
 // docs/benchmarks.md), and a serial put crosses it twice. The server is our own too
 // (http2-server.ts). It does only what a long-lived internal stream needs: no deadlines, no
@@ -10,26 +10,35 @@ import { EventEmitter } from 'node:events';
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { MessageReader, writeMessage } from './framing.js';
 
-/** Flow-control windows: a burst of batches never waits for a WINDOW_UPDATE. */
+/** Flow-control windows of the write links: a burst of answers never waits for a WINDOW_UPDATE. */
 const WINDOW = 1 << 24;
 const NO_LIMIT = 2 ** 31 - 1;
+/** HTTP/2's initial window (RFC 9113 6.9.2). */
+export const DEFAULT_WINDOW = 65_535;
 
 /** One HTTP/2 connection to a Unix socket, made when a stream needs it and again after it broke. */
 export class UnixH2Channel {
   private session: http2.ClientHttp2Session | undefined;
 
-  constructor(private readonly socket: string) {}
+  /**
+   * `window`: how much the server may send ahead of what this process has read (HTTP/2's
+   * default, 64 KiB, for the feed: storage skips a gateway that falls that far behind).
+   */
+  constructor(
+    private readonly socket: string,
+    private readonly window = WINDOW,
+  ) {}
 
   private connection(): http2.ClientHttp2Session {
     const s = this.session;
     if (s && !s.closed && !s.destroyed) return s;
     const session = http2.connect('http://localhost', {
       createConnection: () => net.connect(this.socket),
-      settings: { enablePush: false, initialWindowSize: WINDOW },
+      settings: { enablePush: false, initialWindowSize: this.window },
       maxSessionMemory: 256,
     });
     session.on('error', () => {}); // every stream on it fails too, and that is what callers hear
-    session.once('connect', () => session.setLocalWindowSize(WINDOW));
+    if (this.window > DEFAULT_WINDOW) session.once('connect', () => session.setLocalWindowSize(this.window));
     this.session = session;
     return session;
   }
@@ -108,5 +117,10 @@ export class H2Stream<Req, Res> extends EventEmitter {
 
   end(): void {
     if (this.req && !this.req.destroyed) this.req.end();
+  }
+
+  /** Ends the call from this side (RST_STREAM CANCEL); it then emits 'error'. */
+  cancel(): void {
+    if (this.req && !this.req.destroyed) this.req.close(http2.constants.NGHTTP2_CANCEL);
   }
 }

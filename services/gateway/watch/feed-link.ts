@@ -2,11 +2,12 @@
 // across storage restarts: a broken stream is reopened with a short backoff, and the first
 // message of the new stream tells the hub the store's revision, so a gap is filled from LMDB.
 import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition } from '@grpc/grpc-js';
 import { num } from '../../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../../shared/grpc/server.js';
 import type { Logger } from '../../../shared/log.js';
 import { EtcdError } from '../../../shared/errors.js';
-import { StorageClient } from '../../../shared/grpc/batch-link.js';
+import { STORAGE } from '../../../shared/grpc/batch-link.js';
+import { DEFAULT_WINDOW, UnixH2Channel, type H2Stream } from '../../../shared/grpc/h2-stream.js';
 import type { Hub } from './hub.js';
 
 interface FeedMessage {
@@ -16,9 +17,15 @@ interface FeedMessage {
   refused?: string;
 }
 
+const FEED = STORAGE.Feed as MethodDefinition<object, FeedMessage>;
+
 export class FeedLink {
-  private readonly client: grpc.Client & Record<string, any>;
-  private call: grpc.ClientReadableStream<FeedMessage> | undefined;
+  /**
+   * Our own HTTP/2 stream, as the write links (shared/grpc/h2-stream.ts): storage sends a
+   * batch's feed message before its answers, so reading it is on every put's path.
+   */
+  private readonly channel: UnixH2Channel;
+  private call: H2Stream<object, FeedMessage> | undefined;
   private retryMs = 20;
   private closed = false;
   private connected = false;
@@ -33,13 +40,17 @@ export class FeedLink {
   private waiters: { index: number; revision: number; resolve(): void; reject(err: Error): void }[] = [];
 
   constructor(socket: string, private readonly hub: Hub, private readonly log: Logger) {
-    this.client = new StorageClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+    // HTTP/2's default window, as grpc-js's: a gateway that falls behind is skipped by storage
+    // (Storage.Feed) rather than buffering megabytes of entries it has not read.
+    this.channel = new UnixH2Channel(socket, DEFAULT_WINDOW);
     this.open();
   }
 
   private open(): void {
     if (this.closed) return;
-    const call = this.client.Feed({}) as grpc.ClientReadableStream<FeedMessage>;
+    const call = this.channel.stream(FEED);
+    call.write({});
+    call.end();
     this.call = call;
     call.on('data', (m: FeedMessage) => {
       if (!this.connected) {
@@ -105,7 +116,9 @@ export class FeedLink {
 
   close(): void {
     this.closed = true;
-    this.call?.cancel();
-    this.client.close();
+    const call = this.call;
+    this.call = undefined; // its cancel is not a lost feed
+    call?.cancel();
+    this.channel.close();
   }
 }
