@@ -19,8 +19,9 @@ export interface StorageServer {
 
 export function storageServer(engine: Engine, log: Logger): StorageServer {
   // Our own gRPC server on node:http2 (as the client port's), not grpc-js's: a message on this
-  // hop costs about half the CPU and latency (`npm run hop`, docs/benchmarks.md). The callers'
-  // batch streams (shared/grpc/h2-stream.ts) and grpc-js's clients (the feed) both speak to it.
+  // hop costs about half the CPU and latency (`npm run hop`, docs/benchmarks.md). Its callers
+  // (the gateway's and the peer agent's write links, the gateway's feed) are our own as well
+  // (shared/grpc/h2-stream.ts); any gRPC client can call it.
   const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   const streams = new Set<ServerCall<any, any>>();
   // Stage tracing: the answers of a Write message leave in the turn after their batch was

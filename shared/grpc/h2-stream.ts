@@ -1,9 +1,9 @@
 // The callers' side of storage's streams (Storage.Write and Storage.Lease, the gateway's
-// Storage.Feed) on node:http2 over the Unix socket, with gRPC's framing and no gRPC library: a message on this hop costs
-// about half the CPU and latency of @grpc/grpc-js's client and server (`npm run hop`,
-// docs/benchmarks.md), and a serial put crosses it twice. The server is our own too
-// (http2-server.ts). It does only what a long-lived internal stream needs: no deadlines, no
-// metadata, no compression, no retries (the link above it reconnects).
+// Storage.Feed) on node:http2 over the Unix socket, with gRPC's framing and no gRPC library:
+// a message on this hop costs about half the CPU and latency of @grpc/grpc-js's client and
+// server (`npm run hop`, docs/benchmarks.md), and a serial put crosses it twice. The server
+// is our own too (http2-server.ts). It does only what a long-lived internal stream needs: no
+// deadlines, no metadata, no compression, no retries (the link above it reconnects).
 import http2 from 'node:http2';
 import net from 'node:net';
 import { EventEmitter } from 'node:events';
@@ -80,9 +80,15 @@ export class H2Stream<Req, Res> extends EventEmitter {
       NO_LIMIT,
       (msg, compressed) => {
         if (compressed) return this.abort(new Error(`${method.path}: a compressed message on an identity stream`));
-        this.emit('data', method.responseDeserialize(msg));
+        let decoded: Res;
+        try {
+          decoded = method.responseDeserialize(msg);
+        } catch (err) {
+          return this.abort(new Error(`${method.path}: cannot decode a message: ${(err as Error).message}`));
+        }
+        this.emit('data', decoded);
       },
-      () => {},
+      (size) => this.abort(new Error(`${method.path}: a message of ${size} bytes`)),
     );
     req.on('response', (h) => {
       if (h['grpc-status'] !== undefined) this.onStatus(h);
@@ -100,7 +106,12 @@ export class H2Stream<Req, Res> extends EventEmitter {
 
   private onStatus(h: http2.IncomingHttpHeaders): void {
     this.status = String(h['grpc-status']);
-    this.details = decodeURIComponent(String(h['grpc-message'] ?? ''));
+    const text = String(h['grpc-message'] ?? '');
+    try {
+      this.details = decodeURIComponent(text);
+    } catch {
+      this.details = text; // not percent-encoded after all: as it came
+    }
   }
 
   private abort(err: Error): void {
