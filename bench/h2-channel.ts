@@ -4,6 +4,7 @@
 // on a small VM costs ~3× the CPU per call; the load generator shares the machine with the
 // servers it measures, so every microsecond it spends is taken from them.
 import http2 from 'node:http2';
+import { frame } from '../shared/grpc/framing.js';
 
 export class GrpcError extends Error {
   constructor(
@@ -66,10 +67,7 @@ export class H2Channel {
 
   /** `token`: sent as the `token` header (gRPC metadata) when given, as etcd's clients do. */
   unary(path: string, body: Buffer, deadlineMs: number, token?: string): Promise<Buffer> {
-    const frame = Buffer.allocUnsafe(5 + body.length);
-    frame[0] = 0; // not compressed
-    frame.writeUInt32BE(body.length, 1);
-    body.copy(frame, 5);
+    const framed = frame(body);
     return new Promise((resolve, reject) => {
       let stream: http2.ClientHttp2Stream;
       try {
@@ -113,7 +111,7 @@ export class H2Channel {
         if (Date.now() > pending.deadline) return reject(new GrpcError(4, 'deadline exceeded (client)'));
         reject(failure ?? new Error(`stream closed without a gRPC status (rst ${stream.rstCode})`));
       });
-      stream.end(frame);
+      stream.end(framed);
     });
   }
 

@@ -16,6 +16,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
+import { MessageReader, frame } from '../shared/grpc/framing.js';
 import { percentile } from './stats.js';
 
 const HELP = `Usage: npm run hop -- [flags]
@@ -38,33 +39,16 @@ const ECHO = {
   Echo: { path: '/kvs.hop.Hop/Echo', requestStream: true, responseStream: true, requestSerialize: identity, requestDeserialize: identity, responseSerialize: identity, responseDeserialize: identity },
 };
 
-/** gRPC's framing: a flag byte and a 4-byte length, then the message. */
-function frame(msg: Buffer): Buffer {
-  const out = Buffer.alloc(5 + msg.length);
-  out.writeUInt32BE(msg.length, 1);
-  msg.copy(out, 5);
-  return out;
-}
-
-/** Calls `onMessage` once per whole frame of `size` bytes in a byte stream. */
-function framer(size: number, onMessage: (b: Buffer) => void): (chunk: Buffer) => void {
-  let pending: Buffer[] = [];
-  let have = 0;
-  return (chunk) => {
-    pending.push(chunk);
-    have += chunk.length;
-    while (have >= size) {
-      const all = pending.length === 1 ? pending[0]! : Buffer.concat(pending);
-      onMessage(all.subarray(0, size));
-      pending = have > size ? [all.subarray(size)] : [];
-      have -= size;
-    }
-  };
+/** Calls `onMessage` per whole message of a gRPC-framed byte stream (the reader kvs's own ends use). */
+function messages(onMessage: (m: Buffer) => void): (chunk: Buffer) => void {
+  const reader = new MessageReader(1 << 20, onMessage, () => {
+    throw new Error('hop: a message larger than 1 MiB');
+  });
+  return (chunk) => reader.push(chunk);
 }
 
 /** The child: echoes every message on `sock` until the parent disconnects it. */
 function serve(transport: Transport, sock: string): void {
-  const size = 5 + MESSAGE_BYTES;
   const ready = () => process.send!('ready');
   if (transport === 'grpc-js') {
     const server = new grpc.Server();
@@ -74,13 +58,13 @@ function serve(transport: Transport, sock: string): void {
     const server = http2.createServer();
     server.on('stream', (stream) => {
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
-      stream.on('data', framer(size, (m) => stream.write(m)));
+      stream.on('data', messages((m) => stream.write(frame(m))));
     });
     server.listen(sock, ready);
   } else {
     net.createServer((c) => {
       c.setNoDelay(true);
-      c.on('data', framer(size, (m) => c.write(m)));
+      c.on('data', messages((m) => c.write(frame(m))));
     }).listen(sock, ready);
   }
   process.on('message', (m) => {
@@ -107,14 +91,14 @@ async function connect(transport: Transport, sock: string, onReply: () => void):
   if (transport === 'h2') {
     const session = http2.connect('http://localhost', { createConnection: () => net.connect(sock) });
     const stream = session.request({ ':method': 'POST', ':path': '/kvs.hop.Hop/Echo', 'content-type': 'application/grpc', te: 'trailers' });
-    stream.on('data', framer(framed.length, onReply));
+    stream.on('data', messages(onReply));
     stream.on('error', () => {});
     return { send: () => stream.write(framed), close: () => (stream.close(), session.close()) };
   }
   const socket = net.connect(sock);
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
   socket.setNoDelay(true);
-  socket.on('data', framer(framed.length, onReply));
+  socket.on('data', messages(onReply));
   return { send: () => socket.write(framed), close: () => socket.destroy() };
 }
 
