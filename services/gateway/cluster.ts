@@ -8,14 +8,15 @@ import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
 import { Role } from '../../shared/cluster.js';
-import { BatchLink, grpcBatchCalls, type WriteLink } from '../../shared/grpc/batch-link.js';
+import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { Op } from '../storage/engine.js';
 import type { Logger } from '../../shared/log.js';
 import type { FeedLink } from './watch/feed-link.js';
 
-const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
+const AGENT = service('kvs.peer.Agent');
+const AgentClient = grpc.makeGenericClientConstructor(AGENT, 'Agent');
 
 
 export interface MemberView {
@@ -51,7 +52,7 @@ export class ClusterView {
   private current: Promise<number> | undefined;
   private pending: Promise<number> | undefined;
 
-  constructor(socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
+  constructor(private readonly socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
     this.client = new AgentClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
     this.open();
   }
@@ -119,9 +120,12 @@ export class ClusterView {
     });
   }
 
-  /** The agent's Forward streams (writes and lease calls while this node follows). */
+  /**
+   * The agent's Forward streams (writes and lease calls while this node follows), on our own
+   * HTTP/2 streams as the hop to storage: a forwarded write crosses this socket twice.
+   */
   forwardLink(method: 'Forward' | 'ForwardLease', log: Logger): BatchLink {
-    return new BatchLink(grpcBatchCalls(this.client, method), log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
+    return unixBatchLink(this.socket, AGENT[method], log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
   }
 
   close(): void {

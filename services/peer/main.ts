@@ -11,6 +11,7 @@ import { createLogger, type Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
 import { BatchLink, grpcBatchCalls, storageLink } from '../../shared/grpc/batch-link.js';
 import { startStages } from '../../shared/stages.js';
@@ -46,13 +47,16 @@ export async function runPeer(cfg: Config): Promise<void> {
   const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg) };
   const node = new PeerNode(cfg, self, store, creds, log);
 
-  const agent = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  // This node's storage, gateway and archiver call in on our own gRPC server, as storage's
+  // (shared/grpc/http2-server.ts): a cluster put crosses Attach four times (twice on the
+  // leader, twice on each follower), and a follower's forwarded write crosses Forward twice.
+  const agent = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   agent.addService(service('kvs.peer.Agent'), {
-    Attach: (call: grpc.ServerDuplexStream<any, unknown>) => node.storage.serve(call),
-    State: (call: grpc.ServerWritableStream<unknown, unknown>) => node.board.subscribe(call),
-    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.forwardHandler('Write')),
-    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => serveBatchStream(call, node.forwardHandler('Lease')),
-    ReadIndex: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => node.readIndex().then((r) => cb(null, r), (err: EtcdError) => cb({ code: err.code, details: err.message })),
+    Attach: (call: ServerCall<any, unknown>) => node.storage.serve(call),
+    State: (call: ServerCall<unknown, unknown>) => node.board.subscribe(call),
+    Forward: (call: ServerCall<any, unknown>) => serveBatchStream(call, node.forwardHandler('Write')),
+    ForwardLease: (call: ServerCall<any, unknown>) => serveBatchStream(call, node.forwardHandler('Lease')),
+    ReadIndex: (_call: unknown, cb: UnaryCallback<unknown>) => node.readIndex().then((r) => cb(null, r), (err: EtcdError) => cb({ code: err.code, details: err.message })),
   });
   await bindUnix(agent, socketPath(cfg.dataDir, 'peer'));
 

@@ -1,7 +1,7 @@
 // The node's cluster state as the gateway and the archiver see it (Agent.State): role, term,
 // leader, members, and whether a follower has caught up. Subscribers get it at once and on
 // every change; the role metric follows it.
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerCall } from '../../shared/grpc/http2-server.js';
 import * as M from '../../shared/metrics.js';
 import { reportHealth } from '../../shared/component.js';
 import { Role, type RoleValue } from './storage-side.js';
@@ -29,7 +29,7 @@ const ROLE_NAMES = { [Role.LEADER]: 'leader', [Role.FOLLOWER]: 'follower' } as R
 
 export class StateBoard {
   private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, leaderEpoch: '', members: [], inSync: false, reason: 'electing a leader', degraded: false };
-  private readonly subscribers = new Set<grpc.ServerWritableStream<unknown, unknown>>();
+  private readonly subscribers = new Set<ServerCall<unknown, unknown>>();
   private waiters: (() => void)[] = [];
 
   constructor() {
@@ -74,7 +74,7 @@ export class StateBoard {
     });
   }
 
-  subscribe(call: grpc.ServerWritableStream<unknown, unknown>): void {
+  subscribe(call: ServerCall<unknown, unknown>): void {
     this.subscribers.add(call);
     call.write(this.message());
     const done = () => this.subscribers.delete(call);

@@ -1,7 +1,7 @@
 // The peer agent's end of storage's Agent.Attach stream (services/storage/cluster.ts): the one
 // channel through which this node's storage learns its role, receives replicated entries, and
 // hands up the batches a leader must replicate.
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerCall } from '../../shared/grpc/http2-server.js';
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../../shared/log.js';
 
@@ -41,7 +41,7 @@ interface StorageMessage {
  * `uploaded` (through), `progress` (Progress).
  */
 export class StorageSide extends EventEmitter {
-  private call: grpc.ServerDuplexStream<StorageMessage, unknown> | undefined;
+  private call: ServerCall<StorageMessage, unknown> | undefined;
   /** What storage last reported (after hello, after every append and role change). */
   progress: Progress = { durableThrough: 0, appliedThrough: 0, revision: 0 };
   private role: { role: RoleValue; term: number; degraded: boolean; termStart: number; dropStaged?: boolean } = { role: Role.UNKNOWN, term: 0, degraded: false, termStart: 0 };
@@ -56,7 +56,7 @@ export class StorageSide extends EventEmitter {
     return this.call !== undefined;
   }
 
-  serve(call: grpc.ServerDuplexStream<StorageMessage, unknown>): void {
+  serve(call: ServerCall<StorageMessage, unknown>): void {
     if (this.call) {
       this.log.warn('a second storage attached; dropping the first');
       this.call.end();

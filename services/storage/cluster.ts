@@ -10,9 +10,9 @@
 // A follower below the free-space floor (disk-space.ts) takes no more entries: it detaches
 // (the peer agent then drops the leader's stream, and the leader counts this node as
 // disconnected) and attaches again by itself once the space is back, then catches up.
-import * as grpc from '@grpc/grpc-js';
+import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { UnixH2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
 import { Role } from '../../shared/cluster.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
@@ -21,7 +21,12 @@ import type { Engine } from './engine.js';
 import { FreeSpaceError, mib } from './disk-space.js';
 import { Stage, stages } from '../../shared/stages.js';
 
-const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
+/**
+ * On our own HTTP/2 stream (shared/grpc/h2-stream.ts), as the hop to storage: a cluster put
+ * crosses this stream twice on the leader and twice on each follower.
+ */
+const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, AgentMessage>;
+type AttachStream = H2Stream<object, AgentMessage>;
 /** How often a follower detached for lack of disk space checks whether it is back. */
 const SPACE_POLL_MS = 500;
 
@@ -52,8 +57,8 @@ export interface ClusterHooks {
 }
 
 export class PeerAttach {
-  private readonly client: grpc.Client & Record<string, any>;
-  private stream: grpc.ClientDuplexStream<unknown, AgentMessage> | undefined;
+  private readonly channel: UnixH2Channel;
+  private stream: AttachStream | undefined;
   private pending: Pending | undefined;
   /** Leader: the Confirm in flight (a batch that wrote nothing waits for it). */
   private confirming: { id: number; resolve(): void; reject(err: Error): void } | undefined;
@@ -73,7 +78,7 @@ export class PeerAttach {
     /** --peer-buffer-size: how many recent entries the leader's peer agent keeps. */
     private readonly bufferSize = 10_000,
   ) {
-    this.client = new AgentClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+    this.channel = new UnixH2Channel(socket);
     engine.replicate = {
       send: (first, last, frames, revision) => this.replicate(first, last, frames, revision),
       durable: (through, err) => void this.stream?.write({ durable: { through, error: err ? err.message : '' } }),
@@ -84,7 +89,7 @@ export class PeerAttach {
 
   private open(): void {
     if (this.closed || this.spaceWait) return;
-    const stream = this.client.Attach() as grpc.ClientDuplexStream<unknown, AgentMessage>;
+    const stream = this.channel.stream(ATTACH);
     this.stream = stream;
     const e = this.engine;
     stream.write({ hello: { appliedIndex: e.appliedIndex, lastIndex: e.lastIndex, revision: e.revision } });
@@ -118,7 +123,7 @@ export class PeerAttach {
     stream.on('end', () => broken());
   }
 
-  private async handle(stream: grpc.ClientDuplexStream<unknown, AgentMessage>, m: AgentMessage): Promise<void> {
+  private async handle(stream: AttachStream, m: AgentMessage): Promise<void> {
     const e = this.engine;
     if (m.role) {
       const term = n(m.role.term);
@@ -169,7 +174,7 @@ export class PeerAttach {
   }
 
   /** Leader, at election: the recent entries of the WAL, for followers that lack them. */
-  private seed(stream: grpc.ClientDuplexStream<unknown, AgentMessage>): void {
+  private seed(stream: AttachStream): void {
     const wal = this.engine.wal;
     if (wal.isEmpty) return;
     const last = wal.lastIndex;
@@ -231,7 +236,7 @@ export class PeerAttach {
    * waits for its storage); serializable reads keep being served. Staying attached without
    * ACKing would not do: the leader would drop the silent follower every 3 s and admit it again.
    */
-  private detachForSpace(stream: grpc.ClientDuplexStream<unknown, AgentMessage>, err: FreeSpaceError): void {
+  private detachForSpace(stream: AttachStream, err: FreeSpaceError): void {
     if (this.spaceWait || this.closed) return;
     this.log.error(
       { dir: err.dir, freeBytes: err.freeBytes, minFreeBytes: err.minFreeBytes },
@@ -284,6 +289,6 @@ export class PeerAttach {
     clearInterval(this.spaceWait);
     this.failPending('kvs: storage is stopping');
     this.stream?.end();
-    this.client.close();
+    this.channel.close();
   }
 }

@@ -196,9 +196,14 @@ export class BatchLink implements WriteLink {
   }
 }
 
+/** A link on our own HTTP/2 streams (h2-stream.ts) to a batch method served on a Unix socket. */
+export function unixBatchLink(socket: string, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
+  const channel = new UnixH2Channel(socket);
+  const def = method as MethodDefinition<unknown, { results: Result[] }>;
+  return new BatchLink({ open: () => channel.stream(def), close: () => channel.close() }, log, opts);
+}
+
 /** The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock. */
 export function storageLink(socket: string, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
-  const channel = new UnixH2Channel(socket);
-  const def = STORAGE[method] as MethodDefinition<unknown, { results: Result[] }>;
-  return new BatchLink({ open: () => channel.stream(def), close: () => channel.close() }, log, { waitMs });
+  return unixBatchLink(socket, STORAGE[method]!, log, { waitMs });
 }

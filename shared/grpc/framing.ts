@@ -77,10 +77,13 @@ export class MessageReader {
   }
 }
 
-/** Writes one message with its prefix; false means "wait for 'drain'", as a Writable's write. */
-export function writeMessage(stream: Writable, body: Buffer): boolean {
-  if (body.length <= COPY_LIMIT) return stream.write(frame(body));
+/**
+ * Writes one message with its prefix; false means "wait for 'drain'", as a Writable's write.
+ * `flushed` is called once the message was handed to the socket (or the stream failed).
+ */
+export function writeMessage(stream: Writable, body: Buffer, flushed?: (err?: Error | null) => void): boolean {
+  if (body.length <= COPY_LIMIT) return stream.write(frame(body), flushed);
   // A large message (a Range of many keys, a batch) is not copied again just to prepend 5 bytes.
   stream.write(prefix(body.length));
-  return stream.write(body);
+  return stream.write(body, flushed);
 }

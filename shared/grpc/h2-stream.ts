@@ -1,5 +1,5 @@
-// The callers' side of storage's streams (Storage.Write and Storage.Lease, the gateway's
-// Storage.Feed) on node:http2 over the Unix socket, with gRPC's framing and no gRPC library:
+// The callers' side of the internal streams on Unix sockets (storage's Write, Lease and Feed;
+// the peer agent's Attach and Forward) on node:http2, with gRPC's framing and no gRPC library:
 // a message on this hop costs about half the CPU and latency of @grpc/grpc-js's client and
 // server (`npm run hop`, docs/benchmarks.md), and a serial put crosses it twice. The server
 // is our own too (http2-server.ts). It does only what a long-lived internal stream needs: no
@@ -119,11 +119,14 @@ export class H2Stream<Req, Res> extends EventEmitter {
     this.req?.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
   }
 
-  /** Sends one message; false means "wait for 'drain'", as a Writable's write. */
-  write(message: Req): boolean {
+  /**
+   * Sends one message; false means "wait for 'drain'", as a Writable's write. `flushed`, as a
+   * Writable's callback, is called once the message left (and not at all on a closed stream).
+   */
+  write(message: Req, flushed?: (err?: Error | null) => void): boolean {
     const req = this.req;
     if (!req || req.destroyed || req.closed) return false;
-    return writeMessage(req, this.method.requestSerialize(message));
+    return writeMessage(req, this.method.requestSerialize(message), flushed);
   }
 
   end(): void {
