@@ -116,7 +116,8 @@ function totals(puts: ClientPut[]): Summary & { mean: number } {
 
 /** Starts what is measured; `endpoint`: where the puts go (a cluster's leader). */
 async function start(system: 'kvs' | 'etcd', s: Settings, traceDir: string): Promise<{ endpoint: string; node: string; stop(): Promise<void> }> {
-  const env = { KVS_STAGE_TRACE: traceDir };
+  // KVS_CPU_PROF (supervisor/component.ts) is passed through: CPU profiles of the same puts.
+  const env: Record<string, string> = { KVS_STAGE_TRACE: traceDir, ...(process.env.KVS_CPU_PROF ? { KVS_CPU_PROF: process.env.KVS_CPU_PROF } : {}) };
   if (s.cluster) {
     const c: BenchCluster = await startCluster(system, 3, s.kvsFlags, env);
     const i = await c.leader();
