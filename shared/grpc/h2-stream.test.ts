@@ -133,3 +133,26 @@ test('a server-streaming call on our HTTP/2 stream: messages in order, then end;
   assert.deepEqual(await read(ended, 3), [1, 2, 3]);
   await done;
 });
+
+test('H2Stream.write calls back once the message left, and refuses a stream that has closed', async (t) => {
+  const socket = socketPath(t);
+  const server = await echoStorage(socket);
+  const channel = new UnixH2Channel(socket);
+  t.after(async () => {
+    channel.close();
+    await server.shutdown(100);
+  });
+  const write = STORAGE.Write as MethodDefinition<object, { results: { body: Buffer }[] }>;
+  const call = channel.stream(write);
+  const answer = once(call, 'data');
+  // A follower's storage sends its ACK this way and applies only after the callback.
+  const flushed = new Promise<Error | null | undefined>((resolve) => call.write({ requests: [{ id: 1, op: 1, body: Buffer.from('ack') }] }, resolve));
+  assert.ok(!(await flushed), "the write succeeded");
+  assert.equal(String((await answer)[0].results[0]!.body), 'ack');
+  const failed = once(call, 'error');
+  call.cancel();
+  await failed;
+  let calledBack = false;
+  assert.equal(call.write({ requests: [] }, () => (calledBack = true)), false);
+  assert.equal(calledBack, false);
+});
