@@ -5,8 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { service } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
-import { range } from '../../shared/mvcc/range.js';
-import * as R from '../../shared/mvcc/responses.js';
+import { encodedRange } from '../../shared/mvcc/range.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
 import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
@@ -76,8 +75,7 @@ export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: Aut
       db.env.resetReadTxn();
       // With auth enabled: read on the whole range (an empty key is refused by range() first, as etcd).
       if (call.request.key.length) gate.caller(call)?.read(call.request.key, call.request.rangeEnd);
-      const rr = range(db, rangeParams(call.request));
-      cb(null, R.build((w) => R.rangeResponse(w, node.header(rr.revision), rr.kvs, rr.more, rr.count)));
+      cb(null, encodedRange(db, rangeParams(call.request), (revision) => node.header(revision)));
     } catch (err) {
       cb(toServiceError(err));
     }

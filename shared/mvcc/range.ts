@@ -6,6 +6,7 @@ import { META, MAX_KEY_BYTES, readMeta } from './schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from './keyvalue.js';
 import { liveCount, liveRecord, recordAt, scanLive, type Bounds } from './keyindex.js';
 import { Errors } from '../errors.js';
+import { RangeEncoder, build, rangeResponse, type Header } from './responses.js';
 
 export const SortOrder = { NONE: 0, ASCEND: 1, DESCEND: 2 } as const;
 export const SortTarget = { KEY: 0, VERSION: 1, CREATE: 2, MOD: 3, VALUE: 4 } as const;
@@ -202,4 +203,34 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
     kvs = kvs.map((_, i) => encodeKeyValue({ ...decoded![i], value: new Uint8Array(0) }));
   }
   return { kvs, count, more, revision: revs.current };
+}
+
+/**
+ * A Range's encoded etcdserverpb.RangeResponse. Its common case (no revision filters, key
+ * order, values wanted) is encoded while the keys are walked (RangeEncoder: one copy per
+ * record); any other is range() and rangeResponse(). `header`: the response header for the
+ * revision the read is at.
+ */
+export function encodedRange(db: MvccDb, p: RangeParams, header: (revision: number) => Header, revs: Revisions = readRevisions(db)): Buffer {
+  const general =
+    p.countOnly || p.keysOnly || p.minModRevision || p.maxModRevision || p.minCreateRevision || p.maxCreateRevision ||
+    (p.sortOrder !== SortOrder.NONE && p.sortOrder !== SortOrder.ASCEND) || p.sortTarget !== SortTarget.KEY;
+  if (general) {
+    const rr = range(db, p, revs);
+    return build((w) => rangeResponse(w, header(rr.revision), rr.kvs, rr.more, rr.count));
+  }
+  if (p.key.length === 0) throw Errors.emptyKey;
+  const rev = resolveRevision(p.revision, revs);
+  const out = new RangeEncoder(header(revs.current));
+  // One key past the limit tells whether there are more, as in range().
+  let written = 0;
+  let more = false;
+  const count = walkRange(db, p.key, p.rangeEnd, rev, revs.current, p.limit > 0 ? p.limit + 1 : 0, false, (record) => {
+    if (p.limit > 0 && written === p.limit) more = true;
+    else {
+      out.kv(record);
+      written++;
+    }
+  });
+  return out.finish(more, count);
 }

@@ -83,3 +83,70 @@ export function embed(w: protobuf.Writer, field: number, fn: (w: protobuf.Writer
   fn(w);
   w.ldelim();
 }
+
+/**
+ * etcdserverpb.RangeResponse written as its records are read: each record is copied once, from
+ * LMDB's read buffer into one scratch buffer, instead of into a Buffer of its own and then
+ * again through protobufjs's writer (a Buffer and three writer operations per key; a Range
+ * of 1,000 keys made 4,000 objects). The bytes equal rangeResponse()'s. One encoder is in use
+ * at a time (a gateway reads synchronously); the scratch is kept for the next Range.
+ */
+export class RangeEncoder {
+  private static scratch = Buffer.allocUnsafe(64 * 1024);
+  private buf = RangeEncoder.scratch;
+  private len = 0;
+
+  constructor(h: Header) {
+    const head = build((w) => writeHeader(w, 1, h));
+    this.room(head.length);
+    this.len += head.copy(this.buf, this.len);
+  }
+
+  /** Appends one encoded mvccpb.KeyValue (a view that is valid only now). */
+  kv(record: Uint8Array): void {
+    this.room(record.length + 6);
+    const b = this.buf;
+    b[this.len++] = 0x12; // field 2, length-delimited
+    this.len = writeVarint(b, this.len, record.length);
+    b.set(record, this.len);
+    this.len += record.length;
+  }
+
+  /** The response's bytes (a copy: the scratch is reused). */
+  finish(more: boolean, count: number): Buffer {
+    this.room(2 + 11);
+    const b = this.buf;
+    if (more) {
+      b[this.len++] = 0x18;
+      b[this.len++] = 1;
+    }
+    if (count) {
+      b[this.len++] = 0x20;
+      this.len = writeVarint(b, this.len, count);
+    }
+    const out = Buffer.allocUnsafe(this.len);
+    b.copy(out, 0, 0, this.len);
+    // A huge Range's scratch is not kept for the life of the process.
+    RangeEncoder.scratch = b.length <= 16 * 1024 * 1024 ? b : Buffer.allocUnsafe(64 * 1024);
+    return out;
+  }
+
+  private room(n: number): void {
+    if (this.len + n <= this.buf.length) return;
+    let size = this.buf.length * 2;
+    while (size < this.len + n) size *= 2;
+    const grown = Buffer.allocUnsafe(size);
+    this.buf.copy(grown, 0, 0, this.len);
+    this.buf = grown;
+  }
+}
+
+/** A non-negative integer (up to 2^53) as a protobuf varint at `at`; returns the end. */
+function writeVarint(b: Buffer, at: number, n: number): number {
+  while (n >= 0x80) {
+    b[at++] = (n % 0x80) | 0x80;
+    n = Math.floor(n / 0x80);
+  }
+  b[at++] = n;
+  return at;
+}
