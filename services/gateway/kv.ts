@@ -73,7 +73,7 @@ export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: Aut
   const read = (call: ServerCall<RangeRequest, Buffer>, cb: UnaryCallback<Buffer>) => {
     try {
       db.env.resetReadTxn();
-      // With auth enabled: read on the whole range (an empty key is refused by range() first, as etcd).
+      // With auth enabled: read on the whole range (an empty key is refused by encodedRange() first, as etcd).
       if (call.request.key.length) gate.caller(call)?.read(call.request.key, call.request.rangeEnd);
       cb(null, encodedRange(db, rangeParams(call.request), (revision) => node.header(revision)));
     } catch (err) {

@@ -208,8 +208,8 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
 /**
  * A Range's encoded etcdserverpb.RangeResponse. Its common case (no revision filters, key
  * order, values wanted) is encoded while the keys are walked (RangeEncoder: one copy per
- * record); any other is range() and rangeResponse(). `header`: the response header for the
- * revision the read is at.
+ * record); any other is range() and rangeResponse(). `header`: the response's header, given
+ * the current revision (etcd's header revision, also for a read in the past).
  */
 export function encodedRange(db: MvccDb, p: RangeParams, header: (revision: number) => Header, revs: Revisions = readRevisions(db)): Buffer {
   const general =
