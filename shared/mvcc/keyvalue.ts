@@ -35,7 +35,8 @@ function bigVarintSize(n: bigint): number {
   return size;
 }
 
-function writeVarint(buf: Uint8Array, pos: number, n: number): number {
+/** A non-negative integer (up to 2^53) as a protobuf varint at `pos`; returns the end. */
+export function writeVarint(buf: Uint8Array, pos: number, n: number): number {
   while (n >= 0x80) {
     buf[pos++] = (n & 0x7f) | 0x80;
     n = Math.floor(n / 128);

@@ -1,6 +1,7 @@
 // Encoders for the etcd responses built from stored records. Records are copied into the
 // response as they are stored (they are already encoded mvccpb.KeyValue messages).
 import protobuf from 'protobufjs';
+import { writeVarint } from './keyvalue.js';
 
 export interface Header {
   clusterId: string;
@@ -139,14 +140,4 @@ export class RangeEncoder {
     this.buf.copy(grown, 0, 0, this.len);
     this.buf = grown;
   }
-}
-
-/** A non-negative integer (up to 2^53) as a protobuf varint at `at`; returns the end. */
-function writeVarint(b: Buffer, at: number, n: number): number {
-  while (n >= 0x80) {
-    b[at++] = (n % 0x80) | 0x80;
-    n = Math.floor(n / 0x80);
-  }
-  b[at++] = n;
-  return at;
 }
