@@ -360,10 +360,11 @@ test('a GOAWAY with an error code from the client ends the session at once, refu
   assert.deepEqual(c.frames.filter((f) => f.stream === 1 && f.type === HEADERS), []);
 });
 
-test('streams the client resets in the same read as their HEADERS are dropped, not answered (the server does not throw)', async (t) => {
-  // Found by the port fuzzer (chaos/fuzz): node emits 'stream' a tick after the read, by when
-  // the RST_STREAM that followed has destroyed the stream, and respond() on it threw in the
-  // gateway (an uncaught exception: the process exited).
+test('streams the client resets in the same read as their HEADERS do not take the server down', async (t) => {
+  // Found by the port fuzzer (chaos/fuzz) under node:http2: node emitted 'stream' a tick after
+  // the read, by when the RST_STREAM that followed had destroyed the stream, and respond() on
+  // it threw in the gateway (an uncaught exception: the process exited). Our session answers a
+  // stream the router refuses as its HEADERS are read, before the reset behind them.
   const port = await rangeServer(t);
   const c = await rawClient(t, port);
   const headers = (stream: number, path: string, contentType?: string) => requestHeaders(c.enc, stream, path, contentType);
@@ -380,5 +381,9 @@ test('streams the client resets in the same read as their HEADERS are dropped, n
     ]),
   );
   while (!c.frames.some((f) => f.stream === 5 && f.headers?.['grpc-status'] !== undefined)) await once(c.socket, 'data');
-  assert.deepEqual(c.frames.filter((f) => f.stream === 1 || f.stream === 3), []);
+  // At most their immediate answers (the refusal, the 415), each one HEADERS that ends the stream.
+  for (const f of c.frames.filter((f) => f.stream === 1 || f.stream === 3)) {
+    assert.ok(f.type === HEADERS ? f.flags & END_STREAM : f.type === RST_STREAM, JSON.stringify(f));
+  }
+  assert.equal(c.frames.find((f) => f.stream === 1 && f.type === HEADERS)?.headers?.['grpc-status'], String(grpc.status.UNIMPLEMENTED));
 });

@@ -1,25 +1,26 @@
-// The client port's gRPC server, written on node:http2 directly.
+// The client port's gRPC server, on our own HTTP/2 server side (http2-session.ts).
 //
 // Why not @grpc/grpc-js's Server: on this project's 2-core reference machine its server path
 // (metadata objects, interceptor chain, several event-loop hops per call) cost about as much
 // CPU per unary call as the whole Range it serves, and ~30 µs per streamed watch response
-// (docs/benchmarks.md). This server speaks the same wire protocol (gRPC over HTTP/2, h2c) with
+// (docs/benchmarks.md); node:http2's server, under this one until 2026-11-27, cost 2–4 times
+// what http2-session.ts costs per call. This server speaks the same wire protocol (gRPC over
+// HTTP/2: h2c, or h2 over TLS) with
 // the parts etcd's clients use: unary, server-streaming and bidi calls, grpc-timeout,
 // gzip/deflate request messages, the receive size limit, status trailers, and grpc-go's
 // texts for the errors gRPC itself raises (what etcd's clients get from etcd). The services
 // see a call object with the subset of grpc-js's server-call surface they use, so they are
 // written as for grpc-js: `call.request`, `cb(err, res)`, `write`/`end`, `'data'`/`'end'`/
 // `'cancelled'`/`'close'`/`'drain'` events and `emit('error', status)` to fail a stream.
-import http2 from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
 import zlib from 'node:zlib';
 import { EventEmitter } from 'node:events';
-import type { Duplex } from 'node:stream';
 import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
 import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from './client-tls.js';
-import { routeConnection } from './authority.js';
-import { COPY_LIMIT, MessageReader, frame, prefix, writeMessage } from './framing.js';
+import { COPY_LIMIT, MessageReader, frame, prefix } from './framing.js';
+import { encodeHeaders, type RequestHeaders } from './hpack.js';
+import { ServerSession, type ServerStream, type SessionHandler } from './http2-session.js';
 
 /** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
 export interface StatusLike {
@@ -45,30 +46,19 @@ export interface ServerLog {
   warn(obj: object, msg: string): void;
 }
 
-/** What a session knows of its connection (the TLS socket under it, whatever wraps it). */
-interface Peer {
-  socket: net.Socket;
-  commonName?: string | null;
-}
-const PEER = Symbol('kvs.peer');
-type PeerSession = http2.ServerHttp2Session & { [PEER]?: Peer };
-
-const {
-  HTTP2_HEADER_PATH,
-  HTTP2_HEADER_METHOD,
-  HTTP2_HEADER_CONTENT_TYPE,
-  HTTP2_HEADER_STATUS,
-  NGHTTP2_NO_ERROR,
-} = http2.constants;
-
 const RESPONSE_HEADERS = {
-  [HTTP2_HEADER_STATUS]: 200,
-  [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc',
+  ':status': 200,
+  'content-type': 'application/grpc',
   'grpc-accept-encoding': 'identity,deflate,gzip',
 };
-const OK_TRAILERS = { 'grpc-status': '0' };
-const WAIT_FOR_TRAILERS = { waitForTrailers: true };
-const END_STREAM = { endStream: true };
+/** The constant header blocks, HPACK-encoded once. */
+const RESPONSE_BLOCK = encodeHeaders(RESPONSE_HEADERS);
+const OK_TRAILERS_BLOCK = encodeHeaders({ 'grpc-status': '0' });
+const NOT_GRPC_BLOCK = encodeHeaders({ ':status': 415 });
+
+function statusTrailers(code: number, details: string): Record<string, string> {
+  return { 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(details) };
+}
 
 /** grpc-message is percent-encoded (gRPC's HTTP/2 protocol): bytes outside 0x20–0x7E and '%'. */
 export function encodeGrpcMessage(text: string): string {
@@ -117,12 +107,11 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   private closed = false;
   private deadlineTimer: NodeJS.Timeout | undefined;
   private deadline: Date | undefined;
-  private pendingTrailers: Record<string, string> = OK_TRAILERS;
   private meta: Metadata | undefined;
 
   constructor(
-    private readonly stream: http2.ServerHttp2Stream,
-    private readonly headers: http2.IncomingHttpHeaders,
+    private readonly stream: ServerStream,
+    private readonly headers: RequestHeaders,
     private readonly method: Method,
   ) {
     super();
@@ -130,7 +119,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 
   /** The request's metadata (custom headers), built on first use. */
   get metadata(): Metadata {
-    return (this.meta ??= Metadata.fromHttp2Headers(this.headers));
+    return (this.meta ??= Metadata.fromHttp2Headers(this.headers as Record<string, string | string[]>));
   }
 
   getPath(): string {
@@ -138,8 +127,8 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   }
 
   getPeer(): string {
-    const s = (this.stream.session as PeerSession | undefined)?.[PEER]?.socket;
-    return s ? `${s.remoteAddress}:${s.remotePort}` : 'unknown';
+    const s = this.stream.session.socket;
+    return s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : 'unknown';
   }
 
   /**
@@ -147,8 +136,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
    * undefined without one (plaintext, or TLS without --client-tls-ca).
    */
   get peerCommonName(): string | undefined {
-    const peer = (this.stream.session as PeerSession | undefined)?.[PEER];
-    if (!peer) return undefined;
+    const peer = this.stream.session;
     if (peer.commonName === undefined) {
       const s = peer.socket as tls.TLSSocket;
       const cert = s.encrypted && s.authorized ? s.getPeerCertificate() : undefined;
@@ -160,11 +148,11 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   }
 
   get writable(): boolean {
-    return !this.finished && !this.stream.destroyed;
+    return !this.finished && !this.stream.closed;
   }
 
   get destroyed(): boolean {
-    return this.stream.destroyed;
+    return this.stream.closed;
   }
 
   get writableNeedDrain(): boolean {
@@ -175,7 +163,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   write(message: Res): boolean {
     if (this.finished || this.gone()) return false;
     this.sendHeaders();
-    return writeMessage(this.stream, this.method.responseSerialize(message) as Buffer);
+    return this.writeBody(this.method.responseSerialize(message) as Buffer);
   }
 
   /** Sends the response headers now (grpc-js's sendMetadata; a caller learns the call is served). */
@@ -185,14 +173,13 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 
   /** Ends a streaming call with status OK (after the messages written so far). */
   end(): void {
-    this.finish(OK_TRAILERS);
+    this.finish(undefined);
   }
 
   /** Ends the call with `err` as its status. */
   fail(err: StatusLike): void {
     const code = typeof err.code === 'number' ? err.code : Status.UNKNOWN;
-    const details = err.details ?? err.message ?? '';
-    this.finish({ 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(details) });
+    this.finish(statusTrailers(code, err.details ?? err.message ?? ''));
   }
 
   /** grpc-js's convention: emitting 'error' on a server stream ends it with that status. */
@@ -217,20 +204,26 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.finished = true;
     this.clearDeadline();
     this.headersSent = true;
-    this.stream.respond(RESPONSE_HEADERS, WAIT_FOR_TRAILERS);
-    if (body.length <= COPY_LIMIT) return void this.stream.end(frame(body));
-    // A large answer (a Range of many keys) is not copied again just to prepend 5 bytes.
+    this.stream.respond(RESPONSE_BLOCK);
+    this.writeBody(body);
+    this.stream.end(OK_TRAILERS_BLOCK);
+  }
+
+  /** One message with its prefix; a large one (a Range of many keys) is not copied to prepend 5 bytes. */
+  private writeBody(body: Buffer): boolean {
+    if (body.length <= COPY_LIMIT) return this.stream.write(frame(body));
     this.stream.write(prefix(body.length));
-    this.stream.end(body);
+    return this.stream.write(body);
   }
 
   private sendHeaders(): void {
     if (this.headersSent) return;
     this.headersSent = true;
-    this.stream.respond(RESPONSE_HEADERS, WAIT_FOR_TRAILERS);
+    this.stream.respond(RESPONSE_BLOCK);
   }
 
-  private finish(trailers: Record<string, string>): void {
+  /** Ends the call: OK (no `trailers`) or an error status. */
+  private finish(trailers: Record<string, string> | undefined): void {
     if (this.finished) return;
     this.finished = true;
     this.clearDeadline();
@@ -239,24 +232,15 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     if (!this.headersSent) {
       // Trailers-only response: the status travels in the one HEADERS frame.
       this.headersSent = true;
-      stream.respond({ ...RESPONSE_HEADERS, ...trailers }, END_STREAM);
+      stream.respond(encodeHeaders({ ...RESPONSE_HEADERS, ...(trailers ?? { 'grpc-status': '0' }) }), true);
       return;
     }
-    this.pendingTrailers = trailers;
-    stream.end();
+    stream.end(trailers ? encodeHeaders(trailers) : OK_TRAILERS_BLOCK);
   }
 
-  /** @internal the stream asks for its trailers once its last DATA frame is queued. */
-  sendTrailers(): void {
-    if (!this.gone()) this.stream.sendTrailers(this.pendingTrailers);
-  }
-
-  /**
-   * The client reset the stream or the connection closed: nothing can be sent any more (node
-   * throws on a respond or write to such a stream; the 'close' event follows).
-   */
+  /** The client reset the stream or the connection closed: nothing can be sent any more. */
   private gone(): boolean {
-    return this.stream.destroyed || this.stream.closed;
+    return this.stream.closed;
   }
 
   /** @internal */
@@ -301,72 +285,28 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
 }
 
 /**
- * After some protocol errors node's http2 sends GOAWAY with the error code, then neither reads
- * nor closes the connection, and tells JS nothing (RFC 9113 5.4.1 says it MUST close it): one
- * descriptor held per hostile connection (found by chaos/fuzz). A session quiet this long is
- * sent a PING; one that does not answer within PROBE_TIMEOUT_MS is destroyed. Clients answer
- * PINGs in their HTTP/2 layer, so a live idle client costs one PING round every IDLE_PROBE_MS.
- * (Node re-arms a session's idle timer once while its last writes are still draining, so such a
- * connection is closed 8-12 s after it went quiet.)
+ * A client connection quiet this long is sent a PING; one that does not answer within
+ * PROBE_TIMEOUT_MS is closed: a client that vanished without closing (a host gone, a
+ * half-open connection) does not hold its descriptor and its streams forever. Clients answer
+ * PINGs in their HTTP/2 layer, so a live idle client costs one PING round every IDLE_PROBE_MS;
+ * a busy one (a long GC pause) has the whole timeout to answer.
  */
 const IDLE_PROBE_MS = 4000;
 const PROBE_TIMEOUT_MS = 4000;
+/** How often the idle probe looks at the sessions. */
+const PROBE_TICK_MS = 1000;
 
-function probe(session: http2.ServerHttp2Session): void {
-  if (session.destroyed || session.closed) return;
-  const timer = setTimeout(() => session.destroy(), PROBE_TIMEOUT_MS);
-  timer.unref();
-  try {
-    const sent = session.ping((err) => {
-      clearTimeout(timer);
-      if (err && !session.destroyed) session.destroy();
-    });
-    if (!sent) clearTimeout(timer); // PINGs already out: their answers decide
-  } catch {
-    clearTimeout(timer);
-  }
-}
-
-export class GrpcServer {
+export class GrpcServer implements SessionHandler {
   private readonly routes = new Map<string, Route>();
   private readonly services = new Set<string>();
-  /** Makes the HTTP/2 sessions; it never listens itself: `listener` hands it each connection. */
-  private readonly h2: http2.Http2Server;
   private listener: net.Server | undefined;
-  /** Serving our own processes on a Unix socket: no stranger to probe (see IDLE_PROBE_MS). */
-  private internal = false;
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
-  /** The connection being handed to `h2` (its 'session' event fires synchronously). */
-  private accepting: net.Socket | undefined;
+  private readonly sessions = new Set<ServerSession>();
   private readonly handshakeLog: RateLimitedLog | undefined;
-  /** Connections not yet handed to `h2` (routeConnection's abandon functions). */
-  private readonly looking = new Set<() => void>();
+  private probeTimer: NodeJS.Timeout | undefined;
+  /** Per session: its read count when last looked at, and since when it has been quiet. */
+  private readonly quiet = new WeakMap<ServerSession, { reads: number; since: number }>();
 
   constructor(private readonly opts: ServerOptions) {
-    this.h2 = http2.createServer({
-      // Streams are bounded by flow control, not by a count; etcd's (grpc-go's) default is
-      // unlimited too. Watch fan-out and keep-alives keep many streams open per connection.
-      settings: { maxConcurrentStreams: 2 ** 31 - 1 },
-      // A watch connection may hold several MB of responses in flight; node's 10 MB default
-      // would reset busy sessions with ENHANCE_YOUR_CALM.
-      maxSessionMemory: 256,
-    });
-    this.h2.on('stream', (stream, headers) => this.onStream(stream, headers));
-    this.h2.on('session', (session: PeerSession) => {
-      session[PEER] = { socket: this.accepting ?? (session.socket as net.Socket) };
-      this.sessions.add(session);
-      session.on('close', () => this.sessions.delete(session));
-      // A client that breaks the connection is that client's problem; the server goes on.
-      session.on('error', () => {});
-      session.on('goaway', onClientGoaway);
-      // A busy caller (a long GC pause) must not lose its long-lived streams to a probe.
-      if (!this.internal) session.setTimeout(IDLE_PROBE_MS, () => probe(session));
-    });
-    // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
-    this.h2.on('unknownProtocol', (socket: tls.TLSSocket) => {
-      this.handshakeLog?.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, alpn: socket.alpnProtocol }, 'client TLS connection refused: it did not negotiate HTTP/2 (ALPN h2)');
-      socket.destroy();
-    });
     if (opts.log) this.handshakeLog = new RateLimitedLog(opts.log);
   }
 
@@ -386,9 +326,8 @@ export class GrpcServer {
    */
   listen(address: string): Promise<number> {
     if (address.startsWith('unix:')) {
-      // Internal callers are our own processes: no :authority to look at (authority.ts).
-      this.internal = true;
-      const listener = (this.listener = net.createServer((socket) => this.handOver(socket)));
+      // Internal callers are our own processes: nobody to probe.
+      const listener = (this.listener = net.createServer((socket) => this.accept(socket)));
       return new Promise((resolve, reject) => {
         const onError = (err: Error) => reject(new Error(`cannot listen on ${address}: ${err.message}`));
         listener.once('error', onError);
@@ -402,6 +341,7 @@ export class GrpcServer {
     if (!m) return Promise.reject(new Error(`cannot listen on ${address}: expected host:port`));
     const host = m[1] ?? m[2];
     const listener = (this.listener = this.opts.tls ? this.tlsListener(this.opts.tls) : net.createServer((socket) => this.accept(socket)));
+    this.probeTimer ??= setInterval(() => this.probeIdle(), PROBE_TICK_MS).unref();
     return new Promise((resolve, reject) => {
       const onError = (err: Error) => reject(new Error(`cannot listen on ${address}: ${err.message}`));
       listener.once('error', onError);
@@ -449,29 +389,43 @@ export class GrpcServer {
     return server;
   }
 
-  /**
-   * A connection (plaintext, or TLS after its handshake) goes to the HTTP/2 server once its
-   * first request showed whether its :authority needs rewriting (authority.ts).
-   */
+  /** A connection (plaintext, or TLS after its handshake) becomes an HTTP/2 session. */
   private accept(socket: net.Socket): void {
-    const abandon = routeConnection(socket, (transport) => {
-      this.looking.delete(abandon);
-      this.handOver(socket, transport);
-    });
-    this.looking.add(abandon);
+    const alpn = (socket as tls.TLSSocket).alpnProtocol;
+    if ((socket as tls.TLSSocket).encrypted && alpn !== 'h2') {
+      // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
+      this.handshakeLog?.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, alpn }, 'client TLS connection refused: it did not negotiate HTTP/2 (ALPN h2)');
+      socket.destroy();
+      return;
+    }
+    this.sessions.add(new ServerSession(socket, this));
   }
 
-  private handOver(socket: net.Socket, transport: net.Socket | Duplex = socket): void {
-    this.accepting = socket;
-    try {
-      this.h2.emit('connection', transport);
-    } finally {
-      this.accepting = undefined;
+  /** @internal SessionHandler: a session ended. */
+  onClose(session: ServerSession): void {
+    this.sessions.delete(session);
+  }
+
+  private probeIdle(): void {
+    const now = Date.now();
+    for (const s of this.sessions) {
+      const q = this.quiet.get(s);
+      if (!q || q.reads !== s.reads) {
+        this.quiet.set(s, { reads: s.reads, since: now });
+        s.probeSentAt = 0;
+      } else if (s.probeSentAt === 0 && now - q.since >= IDLE_PROBE_MS) {
+        s.probeSentAt = now;
+        s.ping();
+      } else if (s.probeSentAt !== 0 && now - s.probeSentAt >= PROBE_TIMEOUT_MS) {
+        s.destroy();
+      }
     }
   }
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */
   shutdown(graceMs: number): Promise<void> {
+    if (this.probeTimer) clearInterval(this.probeTimer);
+    this.probeTimer = undefined;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         for (const s of this.sessions) s.destroy();
@@ -485,30 +439,23 @@ export class GrpcServer {
       // net.Server.close calls back once every connection, so every session, has ended.
       if (this.listener?.listening) this.listener.close(done);
       else done();
-      for (const abandon of this.looking) abandon();
-      this.looking.clear();
       for (const s of this.sessions) s.close();
     });
   }
 
-  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', () => {}); // a reset stream; its 'close' ends the call
-    // Node emits 'stream' a tick after the HEADERS were read: a client that reset the stream
-    // in the same read (HEADERS, then RST_STREAM) has already destroyed it, and respond() on it
-    // throws (found by the port fuzzer, docs/reliability.md). Nothing is owed to such a stream.
-    if (stream.destroyed || stream.closed) return;
-    const path = String(headers[HTTP2_HEADER_PATH] ?? '');
-    const contentType = headers[HTTP2_HEADER_CONTENT_TYPE];
-    if (headers[HTTP2_HEADER_METHOD] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
+  /** @internal SessionHandler: a new stream. */
+  onStream(stream: ServerStream, headers: RequestHeaders): void {
+    const path = String(headers[':path'] ?? '');
+    const contentType = headers['content-type'];
+    if (headers[':method'] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
       // Not a gRPC request (grpc-go answers these with HTTP errors too).
-      stream.respond({ [HTTP2_HEADER_STATUS]: 415 }, END_STREAM);
+      stream.respond(NOT_GRPC_BLOCK, true);
       return;
     }
     const route = this.routes.get(path);
     if (!route) return this.refuse(stream, this.unknown(path));
     const call = new ServerCall<any, any>(stream, headers, route.method);
-    stream.on('close', () => call.onStreamClose());
-    stream.on('wantTrailers', () => call.sendTrailers());
+    stream.onclose = () => call.onStreamClose();
     const timeout = parseTimeout(headers['grpc-timeout']);
     // Node's timers cap at 2^31-1 ms (~24.8 days) and fire at once beyond it; a deadline that
     // far away is as good as none.
@@ -563,17 +510,17 @@ export class GrpcServer {
     );
     // Once the call has its status (an error, or a too-large message still arriving), the rest
     // of what the client sends is dropped unread rather than buffered.
-    stream.on('data', (chunk: Buffer) => {
+    stream.ondata = (chunk: Buffer) => {
       if (!call.isFinished) reader.push(chunk);
-    });
-    stream.on('end', () => {
+    };
+    stream.onend = () => {
       if (route.kind === 'bidi' || route.kind === 'clientStream') {
         if (!call.isFinished) call.emit('end');
       } else if (!started && !call.isFinished) {
         call.fail({ code: Status.INTERNAL, details: 'grpc: error while reading the request: the stream ended before its message' });
       }
-    });
-    if (route.method.responseStream) stream.on('drain', () => call.emit('drain'));
+    };
+    if (route.method.responseStream) stream.ondrain = () => call.emit('drain');
     if (route.kind === 'bidi' || route.kind === 'clientStream') this.dispatch(route, call);
   }
 
@@ -596,56 +543,12 @@ export class GrpcServer {
     return { code: Status.UNIMPLEMENTED, details: `unknown method ${sm.slice(pos + 1)} for service ${service}` };
   }
 
-  private refuse(stream: http2.ServerHttp2Stream, s: StatusLike): void {
-    stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(s.code), 'grpc-message': encodeGrpcMessage(s.details ?? '') }, END_STREAM);
+  private refuse(stream: ServerStream, s: StatusLike): void {
+    stream.respond(encodeHeaders({ ...RESPONSE_HEADERS, ...statusTrailers(s.code ?? Status.UNKNOWN, s.details ?? '') }), true);
   }
 }
 
 function noCallback(): void {}
-
-/**
- * A client's GOAWAY does not end what the client sent with it. Its last-stream-id names the
- * last stream the *server* opened that the client will process (none here); the client may
- * have opened streams of its own just before, and node's http2 client even puts the GOAWAY
- * of `session.close()` on the wire ahead of the HEADERS of a request made in the same turn
- * (nghttp2 sends control frames before new streams). grpc-js closes a connection that way
- * whenever the last channel using it is closed (the etcd3 client closes its channels on any
- * watch-stream error, its own cancels included), so a call it had just started arrives right
- * after its GOAWAY, usually in the same read.
- *
- * Node's http2 server answers a client's GOAWAY (NO_ERROR) with `session.close()` at once,
- * while nghttp2 is still in the middle of that read: the frames after the GOAWAY are parsed
- * with the session already closed, so their streams are refused (node resets them with
- * REFUSED_STREAM and its own GOAWAY names none of them as processed), which grpc-js retries
- * on the channel it has just closed: UNAVAILABLE. grpc-go's server (etcd's plaintext port)
- * serves them. Here node's `close()` that follows the 'goaway' event
- * is put off to the next turn of the event loop (setImmediate), after the read and what
- * arrived with it: those streams are served, then the session closes as node would have
- * closed it (its own GOAWAY, the open streams finish, then the connection ends). A stream
- * sent later still gets node's answer: nghttp2 stops reading once a GOAWAY was received and
- * no stream is open, and a closed session refuses new streams. A GOAWAY with an error code
- * still destroys the session at once (node's rule).
- */
-function onClientGoaway(this: http2.ServerHttp2Session, code: number): void {
-  if (code !== NGHTTP2_NO_ERROR) return;
-  // node calls session.close() right after emitting 'goaway': that one call is deferred.
-  Object.defineProperty(this, 'close', { value: deferClose, configurable: true, writable: true });
-  // Should node not make that call (another version), the session's close() is restored anyway.
-  queueMicrotask(restoreClose.bind(this));
-}
-
-function deferClose(this: http2.ServerHttp2Session): void {
-  restoreClose.call(this);
-  setImmediate(closeSession, this);
-}
-
-function closeSession(session: http2.ServerHttp2Session): void {
-  session.close();
-}
-
-function restoreClose(this: http2.ServerHttp2Session): void {
-  if (Object.hasOwn(this, 'close')) delete (this as { close?: unknown }).close;
-}
 
 function tooLarge(size: number, max: number): StatusLike {
   return { code: Status.RESOURCE_EXHAUSTED, details: `grpc: received message larger than max (${size} vs. ${max})` };
