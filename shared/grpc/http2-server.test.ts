@@ -322,7 +322,7 @@ async function rangeServer(t: TestContext): Promise<number> {
   return port;
 }
 
-test("requests that arrive with the client's GOAWAY are served, then the session closes as node closes it", async (t) => {
+test("requests that arrive with the client's GOAWAY are served, then the session closes", async (t) => {
   const port = await rangeServer(t);
 
   const c = await rawClient(t, port);
@@ -386,4 +386,101 @@ test('streams the client resets in the same read as their HEADERS do not take th
     assert.ok(f.type === HEADERS ? f.flags & END_STREAM : f.type === RST_STREAM, JSON.stringify(f));
   }
   assert.equal(c.frames.find((f) => f.stream === 1 && f.type === HEADERS)?.headers?.['grpc-status'], String(grpc.status.UNIMPLEMENTED));
+});
+
+// ---------------------------------------------------------------- our HTTP/2 session, frame by frame
+
+const [PING, WINDOW_UPDATE, CONTINUATION] = [0x6, 0x8, 0x9];
+const PADDED = 0x8;
+
+function u32(v: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(v);
+  return b;
+}
+
+/** A server whose KV.Range answers one key with a `valueBytes` value. */
+async function bigRangeServer(t: TestContext, valueBytes: number): Promise<number> {
+  const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
+  const kv = { key: Buffer.from('k'), value: Buffer.alloc(valueBytes, 7), createRevision: 1, modRevision: 1, version: 1 };
+  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { kvs: [kv], count: 1 }) });
+  const port = await server.listen('127.0.0.1:0');
+  t.after(() => server.shutdown(100));
+  return port;
+}
+
+test('PINGs are answered with their payload; a request in HEADERS + CONTINUATION with padding and a URL authority is served', async (t) => {
+  const port = await rangeServer(t);
+  const c = await rawClient(t, port);
+  const pings: Buffer[] = [];
+  c.socket.on('data', (chunk: Buffer) => {
+    const i = chunk.indexOf(Buffer.from([0, 0, 8, PING, 1]));
+    if (i >= 0) pings.push(chunk.subarray(i + 9, i + 17));
+  });
+  c.enc.write([
+    { name: ':method', value: 'POST' },
+    { name: ':scheme', value: 'http' },
+    { name: ':path', value: '/etcdserverpb.KV/Range' },
+    { name: ':authority', value: 'http://127.0.0.1:2379' }, // etcdctl's URL endpoints
+    { name: 'content-type', value: 'application/grpc' },
+  ]);
+  const block = Buffer.concat([...(function* () { for (let b = c.enc.read(); b; b = c.enc.read()) yield b; })()]);
+  const cut = Math.floor(block.length / 2);
+  const padded = Buffer.concat([Buffer.from([3]), block.subarray(0, cut), Buffer.alloc(3)]);
+  const msg = Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x01, 0x6b]);
+  c.socket.write(
+    Buffer.concat([
+      PREFACE,
+      h2frame(SETTINGS, 0, 0),
+      h2frame(PING, 0, 0, Buffer.from('kvs-ping')),
+      h2frame(HEADERS, PADDED, 1, padded),
+      h2frame(CONTINUATION, END_HEADERS, 1, block.subarray(cut)),
+      h2frame(DATA, END_STREAM, 1, msg),
+    ]),
+  );
+  while (!c.frames.some((f) => f.stream === 1 && f.headers?.['grpc-status'] !== undefined)) await once(c.socket, 'data');
+  assert.equal(c.frames.find((f) => f.stream === 1 && f.headers?.['grpc-status'])?.headers?.['grpc-status'], '0');
+  assert.deepEqual(pings.map(String), ['kvs-ping']);
+});
+
+test("an answer larger than the client's window waits for its WINDOW_UPDATEs, then arrives whole", async (t) => {
+  const port = await bigRangeServer(t, 100_000);
+  const c = await rawClient(t, port);
+  const got: Buffer[] = [];
+  let raw = Buffer.alloc(0);
+  c.socket.on('data', (chunk: Buffer) => {
+    raw = Buffer.concat([raw, chunk]);
+    while (raw.length >= 9 && raw.length >= 9 + raw.readUIntBE(0, 3)) {
+      const len = raw.readUIntBE(0, 3);
+      if (raw[3] === DATA) got.push(raw.subarray(9, 9 + len));
+      raw = raw.subarray(9 + len);
+    }
+  });
+  const settings = Buffer.concat([Buffer.from([0, 4]), u32(1000)]); // INITIAL_WINDOW_SIZE 1,000
+  c.socket.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0, settings), rangeRequest(c.enc, 1)]));
+  const received = () => got.reduce((n, b) => n + b.length, 0);
+  while (received() < 1000) await once(c.socket, 'data');
+  // The stream's window is spent: nothing more until the client opens it.
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(received(), 1000);
+  assert.equal(c.frames.filter((f) => f.stream === 1 && f.headers?.['grpc-status'] !== undefined).length, 0);
+  c.socket.write(h2frame(WINDOW_UPDATE, 0, 1, u32(200_000))); // the stream's window
+  while (received() < 65_535) await once(c.socket, 'data'); // the connection's is spent too
+  c.socket.write(h2frame(WINDOW_UPDATE, 0, 0, u32(200_000)));
+  while (!c.frames.some((f) => f.stream === 1 && f.headers?.['grpc-status'] !== undefined)) await once(c.socket, 'data');
+  const body = Buffer.concat(got);
+  assert.equal(body.readUInt32BE(1), body.length - 5);
+  assert.ok(body.length > 100_000);
+});
+
+test('a protocol error ends the connection with a GOAWAY naming it; so does a request of HTTP/1.1', async (t) => {
+  const port = await rangeServer(t);
+  const c = await rawClient(t, port);
+  c.socket.write(Buffer.concat([PREFACE, h2frame(SETTINGS, 0, 0), h2frame(DATA, 0, 0, Buffer.from('x'))]));
+  await once(c.socket, 'close');
+  assert.deepEqual(c.frames.filter((f) => f.type === GOAWAY).map((f) => f.code), [1 /* PROTOCOL_ERROR */]);
+  const h1 = await rawClient(t, port);
+  h1.socket.write('GET / HTTP/1.1\r\nHost: kvs\r\n\r\n');
+  await once(h1.socket, 'close');
+  assert.deepEqual(h1.frames.map((f) => [f.type, f.code]), [[SETTINGS, undefined], [GOAWAY, 1]]);
 });
