@@ -149,7 +149,7 @@ export class SessionStream {
   recvWindow: number;
   /** A client's stream: whether the response headers came. */
   headersReceived = false;
-  /** Bytes the server may still send (the client's window for this stream). */
+  /** Bytes this side may still send on this stream (the peer's window for it). */
   sendWindow: number;
   private held: Buffer[] = [];
   private heldBytes = 0;
@@ -382,7 +382,9 @@ export class Http2Session {
   close(): void {
     if (this.dead || this.goawayLast !== undefined) return;
     this.goawayLast = this.lastStreamId;
-    this.frame(T_GOAWAY, 0, 0, u32Pair(this.lastStreamId, H2_NO_ERROR));
+    // Its last-stream-id names the last stream the *peer* opened that this side serves: a
+    // server's last request; a client's peer opens none.
+    this.frame(T_GOAWAY, 0, 0, u32Pair(this.isServer ? this.lastStreamId : 0, H2_NO_ERROR));
     this.endIfIdle();
   }
 
@@ -449,7 +451,7 @@ export class Http2Session {
   private fail(code: number, why: string): void {
     if (this.dead) return;
     this.goawayLast ??= this.lastStreamId;
-    this.frame(T_GOAWAY, 0, 0, Buffer.concat([u32Pair(this.lastStreamId, code), Buffer.from(why)]));
+    this.frame(T_GOAWAY, 0, 0, Buffer.concat([u32Pair(this.isServer ? this.lastStreamId : 0, code), Buffer.from(why)]));
     this.flush();
     const streams = [...this.streams.values()];
     this.dead = true;
