@@ -209,7 +209,6 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.stream.end(OK_TRAILERS_BLOCK);
   }
 
-
   private sendHeaders(): void {
     if (this.headersSent) return;
     this.headersSent = true;
