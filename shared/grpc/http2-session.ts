@@ -59,8 +59,12 @@ const CONNECTION_WINDOW = 16 << 20;
 const MAX_HEADER_BLOCK = 256 * 1024;
 /** Decoded request headers larger than this (RFC 9113's count) are answered 431. */
 export const MAX_HEADER_LIST = 64 * 1024;
-/** Data a stream holds back (the client's window is spent) before `write` asks the caller to wait. */
-const HIGH_WATER = 64 * 1024;
+/**
+ * Data a stream holds back (the client's window is spent) before `write` asks the caller to
+ * wait. Above one large message: a watcher whose client reads promptly but returns its 64 KiB
+ * window a moment late must not count as stalled (the watch hub then serves it from history).
+ */
+const HIGH_WATER = 1024 * 1024;
 /** Output up to this size is joined into one buffer for one socket write. */
 const JOIN_LIMIT = 64 * 1024;
 
