@@ -11,6 +11,7 @@ import { encode, decode, num } from '../../shared/proto/index.js';
 import { Engine, Op, type WriteResult } from './engine.js';
 import { DiskSpace, FreeSpaceError } from './disk-space.js';
 import { dump } from './mvcc/dump.js';
+import { EtcdError } from '../../shared/errors.js';
 
 const log = createLogger('test', 'silent');
 
@@ -268,4 +269,30 @@ test('a follower with staged entries does not become leader below the free-space
   follower.becomeLeader(2);
   assert.equal(follower.role, 'leader');
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [2, 2, 3]);
+});
+
+test('a leader whose batch is refused while it waits for its fsync (deposed) answers the batch "outcome unknown" and keeps serving', async (t) => {
+  const dir = tempDir(t);
+  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' } });
+  t.after(() => engine.close());
+  // The peer agent's refusal comes before the engine has reached its fsync: the engine yields
+  // one event-loop turn after handing the batch over, and the answer may arrive in that turn.
+  let sends = 0;
+  engine.replicate = {
+    send: () => (++sends === 1 ? Promise.reject(new EtcdError(14, 'etcdserver: leader changed')) : Promise.resolve()),
+    durable: () => {},
+    confirm: () => Promise.resolve(),
+  };
+  engine.becomeLeader(1);
+  const unhandled: unknown[] = [];
+  const onUnhandled = (err: unknown) => unhandled.push(err);
+  process.on('unhandledRejection', onUnhandled);
+  t.after(() => process.off('unhandledRejection', onUnhandled));
+  const refused = await put(engine, 'a', '1');
+  assert.equal(refused.code, 14);
+  assert.match(refused.message!, /the write's outcome is unknown: etcdserver: leader changed/);
+  assert.equal((await put(engine, 'b', '2')).code, 0, 'the next batch is served');
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(unhandled, [], 'no rejection left unhandled (it would stop the storage process)');
+  assert.equal(liveVersion(engine.db, Buffer.from('a')), undefined, 'the refused write is not applied');
 });

@@ -358,6 +358,9 @@ export class Engine {
     this.appliedRevision = appliedRevision;
     this.inFlight = true;
     const acked = replicator?.send(first, index, frames, this.executor.revision);
+    // Awaited only after the fsync below; a refusal that comes first (deposed while this batch
+    // waits its turn) must not count as an unhandled rejection, which would stop the process.
+    acked?.catch(() => undefined);
     if (replicator) stages?.stamp(Stage.STORAGE_TO_PEER, index);
     // The batch leaves for the followers only when the event loop next turns (a gRPC write is
     // flushed asynchronously): without this turn it would wait for the blocking fdatasync below,
