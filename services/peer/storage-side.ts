@@ -45,7 +45,8 @@ export class StorageSide extends EventEmitter {
   /** What storage last reported (after hello, after every append and role change). */
   progress: Progress = { durableThrough: 0, appliedThrough: 0, revision: 0 };
   private role: { role: RoleValue; term: number; degraded: boolean; termStart: number; dropStaged?: boolean } = { role: Role.UNKNOWN, term: 0, degraded: false, termStart: 0 };
-  private progressWaiters: ((p: Progress) => void)[] = [];
+  /** Calls waiting for storage's next progress; a storage that detaches first fails them. */
+  private progressWaiters: { resolve(p: Progress): void; reject(err: Error): void }[] = [];
 
   constructor(private readonly log: Logger) {
     super();
@@ -75,7 +76,7 @@ export class StorageSide extends EventEmitter {
       }
       if (m.progress) {
         this.progress = { durableThrough: n(m.progress.durableThrough), appliedThrough: n(m.progress.appliedThrough), revision: n(m.progress.revision) };
-        for (const w of this.progressWaiters.splice(0)) w(this.progress);
+        for (const w of this.progressWaiters.splice(0)) w.resolve(this.progress);
         this.emit('progress', this.progress);
       } else if (m.replicate) {
         const r = m.replicate;
@@ -88,6 +89,10 @@ export class StorageSide extends EventEmitter {
       if (this.call !== call) return;
       this.call = undefined;
       this.log.warn('storage detached');
+      // What this storage was asked will never be answered: a restarted one attaches afresh
+      // (without a role when it had none to resume), so a caller waiting here would wait forever.
+      const err = new Error('storage detached');
+      for (const w of this.progressWaiters.splice(0)) w.reject(err);
       this.emit('detached');
     };
     call.on('end', () => {
@@ -121,19 +126,21 @@ export class StorageSide extends EventEmitter {
     });
   }
 
+  /** Sends `m`; resolves with storage's next progress (its answer), rejects if it is not attached. */
+  private ask(m: object): Promise<Progress> {
+    if (!this.send(m)) return Promise.reject(new Error('storage is not attached'));
+    return new Promise<Progress>((resolve, reject) => this.progressWaiters.push({ resolve, reject }));
+  }
+
   /** Sets storage's role; resolves with its progress after it took the role. */
   setRole(role: RoleValue, term: number, degraded = false, termStart = 0): Promise<Progress> {
     this.role = { role, term, degraded, termStart };
-    const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
-    if (!this.send({ role: this.role })) return Promise.reject(new Error('storage is not attached'));
-    return p;
+    return this.ask({ role: this.role });
   }
 
   /** Follower: storage drops its staged entries (a leader answered and sends them again). */
   dropStaged(term: number): Promise<Progress> {
-    const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
-    if (!this.send({ role: { ...this.role, role: Role.FOLLOWER, term, dropStaged: true } })) return Promise.reject(new Error('storage is not attached'));
-    return p;
+    return this.ask({ role: { ...this.role, role: Role.FOLLOWER, term, dropStaged: true } });
   }
 
   /** The role storage has been told (sent again when it re-attaches). */
@@ -148,9 +155,7 @@ export class StorageSide extends EventEmitter {
 
   /** Follower: entries from the object store (committed); resolves once storage applied them. */
   committedEntries(first: number, last: number, frames: Buffer): Promise<Progress> {
-    const p = new Promise<Progress>((resolve) => this.progressWaiters.push(resolve));
-    if (!this.entries(first, last, frames, last, true)) return Promise.reject(new Error('storage is not attached'));
-    return p;
+    return this.ask({ entries: { first, last, frames, commitThrough: last, committed: true } });
   }
 
   /** Leader: the answer to a Confirm (no error: still leading). */

@@ -1,0 +1,66 @@
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { MethodDefinition } from '@grpc/grpc-js';
+import { createLogger } from '../../shared/log.js';
+import { service } from '../../shared/proto/index.js';
+import { GrpcServer, type ServerCall } from '../../shared/grpc/http2-server.js';
+import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
+import { bindUnix } from '../../shared/grpc/server.js';
+import { Role, StorageSide } from './storage-side.js';
+
+const log = createLogger('test', 'silent');
+const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, { role?: { role: number; term: number } }>;
+
+/** The peer agent's Attach served on a Unix socket, as services/peer/main.ts serves it. */
+async function agentSocket(t: TestContext, side: StorageSide): Promise<string> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-attach-'));
+  const socket = path.join(dir, 'peer.sock');
+  const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
+  server.addService(service('kvs.peer.Agent'), { Attach: (call: ServerCall<any, unknown>) => side.serve(call) });
+  await bindUnix(server, socket);
+  t.after(async () => {
+    await server.shutdown(100);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return socket;
+}
+
+test('a storage that detaches before answering a role change fails the call waiting for its answer; a restarted one attaches afresh', async (t) => {
+  const side = new StorageSide(log);
+  const socket = await agentSocket(t, side);
+  const hello = { hello: { appliedIndex: 3, lastIndex: 4, revision: 5 } };
+
+  // Storage attaches, then goes away (its process died) with a role change unanswered: the
+  // step-down of a term that ended (services/peer/main.ts) must not wait for it forever.
+  const first = new UnixH2Channel(socket);
+  const call = first.stream(ATTACH);
+  call.on('error', () => {});
+  call.write(hello);
+  await once(side, 'attached');
+  const roles: number[] = [];
+  call.on('data', (m) => m.role && roles.push(m.role.role));
+  const stepDown = side.setRole(Role.UNKNOWN, 1);
+  await new Promise<void>((resolve) => call.on('data', () => resolve()));
+  assert.deepEqual(roles, [Role.UNKNOWN], 'storage was told its role');
+  first.close();
+  await assert.rejects(stepDown, /storage detached/);
+  assert.equal(side.attached, false);
+  await assert.rejects(side.setRole(Role.UNKNOWN, 1), /storage is not attached/);
+
+  // The restarted storage attaches; a role change is answered by its progress.
+  const second = new UnixH2Channel(socket);
+  t.after(() => second.close());
+  const again = second.stream(ATTACH);
+  again.on('error', () => {});
+  again.on('data', (m) => {
+    if (m.role) again.write({ progress: { durableThrough: 4, appliedThrough: 4, revision: 6 } });
+  });
+  again.write(hello);
+  const [progress] = await once(side, 'attached');
+  assert.deepEqual(progress, { durableThrough: 4, appliedThrough: 3, revision: 5 });
+  assert.deepEqual(await side.setRole(Role.FOLLOWER, 2), { durableThrough: 4, appliedThrough: 4, revision: 6 });
+});
