@@ -1,7 +1,6 @@
 // gRPC's length-prefixed message framing on an HTTP/2 stream (a flag byte, a 4-byte length,
-// the message), for both ends of our own gRPC on node:http2: the client port's server
-// (http2-server.ts) and the internal hop to storage (h2-stream.ts).
-import type { Writable } from 'node:stream';
+// the message), for both ends of our own gRPC: the client port's server (http2-server.ts) and
+// the internal streams' callers (h2-stream.ts).
 
 /** Messages up to this size are copied behind their prefix; larger ones go out as two chunks. */
 export const COPY_LIMIT = 16 * 1024;
@@ -77,11 +76,16 @@ export class MessageReader {
   }
 }
 
+/** What a message is written to: an HTTP/2 stream of http2-session.ts. */
+export interface MessageSink {
+  write(data: Buffer, flushed?: () => void): boolean;
+}
+
 /**
  * Writes one message with its prefix; false means "wait for 'drain'", as a Writable's write.
- * `flushed` is called once the message was handed to the socket (or the stream failed).
+ * `flushed` is called once the message was handed to the socket (not at all if the stream closed).
  */
-export function writeMessage(stream: Writable, body: Buffer, flushed?: (err?: Error | null) => void): boolean {
+export function writeMessage(stream: MessageSink, body: Buffer, flushed?: () => void): boolean {
   if (body.length <= COPY_LIMIT) return stream.write(frame(body), flushed);
   // A large message (a Range of many keys, a batch) is not copied again just to prepend 5 bytes.
   stream.write(prefix(body.length));

@@ -313,10 +313,10 @@ async function rawClient(t: TestContext, port: number) {
   return { socket, frames, enc: hpack.compressor.create({ table: { size: 4096 } }) };
 }
 
-/** A server whose KV.Range answers count 7; resolves with its port. */
-async function rangeServer(t: TestContext): Promise<number> {
+/** A server whose KV.Range answers `answer` (by default count 7); resolves with its port. */
+async function rangeServer(t: TestContext, answer: object = { count: 7 }): Promise<number> {
   const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
-  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { count: 7 }) });
+  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, answer) });
   const port = await server.listen('127.0.0.1:0');
   t.after(() => server.shutdown(100));
   return port;
@@ -399,16 +399,6 @@ function u32(v: number): Buffer {
   return b;
 }
 
-/** A server whose KV.Range answers one key with a `valueBytes` value. */
-async function bigRangeServer(t: TestContext, valueBytes: number): Promise<number> {
-  const server = new GrpcServer({ maxReceiveMessageLength: 1024 });
-  const kv = { key: Buffer.from('k'), value: Buffer.alloc(valueBytes, 7), createRevision: 1, modRevision: 1, version: 1 };
-  server.addService(service('etcdserverpb.KV'), { Range: (_call: ServerCall, cb: UnaryCallback<object>) => cb(null, { kvs: [kv], count: 1 }) });
-  const port = await server.listen('127.0.0.1:0');
-  t.after(() => server.shutdown(100));
-  return port;
-}
-
 test('PINGs are answered with their payload; a request in HEADERS + CONTINUATION with padding and a URL authority is served', async (t) => {
   const port = await rangeServer(t);
   const c = await rawClient(t, port);
@@ -444,7 +434,8 @@ test('PINGs are answered with their payload; a request in HEADERS + CONTINUATION
 });
 
 test("an answer larger than the client's window waits for its WINDOW_UPDATEs, then arrives whole", async (t) => {
-  const port = await bigRangeServer(t, 100_000);
+  const value = { key: Buffer.from('k'), value: Buffer.alloc(100_000, 7), createRevision: 1, modRevision: 1, version: 1 };
+  const port = await rangeServer(t, { kvs: [value], count: 1 });
   const c = await rawClient(t, port);
   const got: Buffer[] = [];
   let raw = Buffer.alloc(0);

@@ -18,9 +18,9 @@ import zlib from 'node:zlib';
 import { EventEmitter } from 'node:events';
 import { Metadata, status as Status, type ServiceDefinition, type MethodDefinition } from '@grpc/grpc-js';
 import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from './client-tls.js';
-import { COPY_LIMIT, MessageReader, frame, prefix } from './framing.js';
+import { MessageReader, writeMessage } from './framing.js';
 import { encodeHeaders, type RequestHeaders } from './hpack.js';
-import { ServerSession, type ServerStream, type SessionHandler } from './http2-session.js';
+import { ServerSession, type SessionStream as ServerStream, type SessionHandler } from './http2-session.js';
 
 /** A gRPC status as handlers give it (grpc-js's ServiceError/StatusObject shape). */
 export interface StatusLike {
@@ -163,7 +163,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   write(message: Res): boolean {
     if (this.finished || this.gone()) return false;
     this.sendHeaders();
-    return this.writeBody(this.method.responseSerialize(message) as Buffer);
+    return writeMessage(this.stream, this.method.responseSerialize(message) as Buffer);
   }
 
   /** Sends the response headers now (grpc-js's sendMetadata; a caller learns the call is served). */
@@ -205,15 +205,8 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.clearDeadline();
     this.headersSent = true;
     this.stream.respond(RESPONSE_BLOCK);
-    this.writeBody(body);
+    writeMessage(this.stream, body);
     this.stream.end(OK_TRAILERS_BLOCK);
-  }
-
-  /** One message with its prefix; a large one (a Range of many keys) is not copied to prepend 5 bytes. */
-  private writeBody(body: Buffer): boolean {
-    if (body.length <= COPY_LIMIT) return this.stream.write(frame(body));
-    this.stream.write(prefix(body.length));
-    return this.stream.write(body);
   }
 
   private sendHeaders(): void {

@@ -1,5 +1,6 @@
-// The server side of one HTTP/2 connection (RFC 9113), as gRPC's clients use it: the transport
-// under the client port's gRPC server (http2-server.ts) and the internal services' sockets.
+// One HTTP/2 connection (RFC 9113) as gRPC uses it. The server side is the transport under the
+// client port's gRPC server (http2-server.ts) and the internal services' sockets; the client
+// side carries our own processes' long-lived internal streams (h2-stream.ts).
 //
 // Why not node:http2: measured on the reference machine with etcd's Go client (the bench's
 // `--client go`), a unary call answered at once cost node's HTTP/2 server 200–330 µs of CPU
@@ -15,7 +16,7 @@
 // come, which decides what to keep). It sends no more than the client's windows allow; what
 // does not fit waits on the stream, and `write` returns false past HIGH_WATER, as a Writable.
 import type net from 'node:net';
-import { HeaderDecoder, type RequestHeaders } from './hpack.js';
+import { HeaderDecoder, encodeHeaders, type RequestHeaders } from './hpack.js';
 
 const T_DATA = 0x0;
 const T_HEADERS = 0x1;
@@ -40,6 +41,8 @@ const FLOW_CONTROL_ERROR = 0x3;
 const STREAM_CLOSED = 0x5;
 const FRAME_SIZE_ERROR = 0x6;
 const REFUSED_STREAM = 0x7;
+export const H2_CANCEL = 0x8;
+export const H2_INTERNAL_ERROR = 0x2;
 const COMPRESSION_ERROR = 0x9;
 const ENHANCE_YOUR_CALM = 0xb;
 
@@ -48,9 +51,10 @@ const S_MAX_FRAME_SIZE = 0x5;
 const S_ENABLE_PUSH = 0x2;
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+/** HTTP/2's initial window (RFC 9113 6.9.2). */
+export const DEFAULT_WINDOW = 65_535;
 /** The largest frame the server accepts: HTTP/2's default, which it does not change. */
 const MAX_FRAME = 16_384;
-const DEFAULT_WINDOW = 65_535;
 const MAX_WINDOW = 2 ** 31 - 1;
 /** The receive windows the server advertises (see the file's comment). */
 const STREAM_WINDOW = 1 << 20;
@@ -94,31 +98,45 @@ function u32(v: number): Buffer {
   return p;
 }
 
-/** The server's first frame, sent as the connection opens: its SETTINGS (a 1 MiB stream window). */
-const GREETING = (() => {
+/** SETTINGS with one setting: the initial stream window. */
+function windowSettings(window: number): Buffer {
   const settings = Buffer.allocUnsafe(6);
   settings.writeUInt16BE(S_INITIAL_WINDOW_SIZE, 0);
-  settings.writeUInt32BE(STREAM_WINDOW, 2);
+  settings.writeUInt32BE(window, 2);
   return Buffer.concat([frameHeader(6, T_SETTINGS, 0, 0), settings]);
-})();
+}
+
+function windowUpdate(stream: number, increment: number): Buffer {
+  return Buffer.concat([frameHeader(4, T_WINDOW_UPDATE, 0, stream), u32(increment)]);
+}
+
+/** The server's first frame, sent as the connection opens: its SETTINGS (a 1 MiB stream window). */
+const GREETING = windowSettings(STREAM_WINDOW);
 /** The connection's window, opened once the client has shown it speaks HTTP/2 (its SETTINGS). */
-const CONNECTION_WINDOW_UPDATE = Buffer.concat([frameHeader(4, T_WINDOW_UPDATE, 0, 0), u32(CONNECTION_WINDOW - DEFAULT_WINDOW)]);
+const CONNECTION_WINDOW_UPDATE = windowUpdate(0, CONNECTION_WINDOW - DEFAULT_WINDOW);
 const SETTINGS_ACK = frameHeader(0, T_SETTINGS, F_ACK, 0);
 
 /** What the session tells its owner (the gRPC server). */
 export interface SessionHandler {
   /** A new stream with its request headers; set its callbacks before returning. */
-  onStream(stream: ServerStream, headers: RequestHeaders): void;
+  onStream(stream: SessionStream, headers: RequestHeaders): void;
   /** The session ended (closed, destroyed or failed). */
-  onClose(session: ServerSession): void;
+  onClose(session: Http2Session): void;
 }
 
-/** One request stream. Callbacks are set by the gRPC server when the stream arrives. */
-export class ServerStream {
-  /** A chunk of the request's DATA (its gRPC messages, unparsed). */
+/**
+ * One stream. On a server: a request, whose callbacks the gRPC server sets when it arrives. On
+ * a client: a call this side opened (`ClientSession.request`).
+ */
+export class SessionStream {
+  /** A chunk of the peer's DATA (its gRPC messages, unparsed). */
   ondata: ((chunk: Buffer) => void) | undefined;
-  /** The client ended its side (END_STREAM). */
+  /** The peer ended its side (END_STREAM). */
   onend: (() => void) | undefined;
+  /** A client's stream: the response headers, then the trailers (`end`), or trailers only. */
+  onheaders: ((headers: RequestHeaders, end: boolean) => void) | undefined;
+  /** The RST_STREAM code the peer ended the stream with, if it did. */
+  rstCode: number | undefined;
   /** The stream is over: both sides ended, or it was reset, or the connection went. Once. */
   onclose: (() => void) | undefined;
   /** After `write` returned false, the data held back has gone out. */
@@ -131,20 +149,25 @@ export class ServerStream {
   private localEnded = false;
   /** END_STREAM received. */
   remoteEnded = false;
-  /** Bytes the client may still send on this stream before the server's next WINDOW_UPDATE. */
-  recvWindow = STREAM_WINDOW;
-  /** Bytes the server may still send (the client's window for this stream). */
+  /** Bytes the peer may still send on this stream before this side's next WINDOW_UPDATE. */
+  recvWindow: number;
+  /** A client's stream: whether the response headers came. */
+  headersReceived = false;
+  /** Bytes this side may still send on this stream (the peer's window for it). */
   sendWindow: number;
   private held: Buffer[] = [];
   private heldBytes = 0;
   private trailers: Buffer | undefined;
   private needDrain = false;
+  /** `write` callbacks waiting for data held back to go out. */
+  private heldFlushed: (() => void)[] = [];
 
   constructor(
-    readonly session: ServerSession,
+    readonly session: Http2Session,
     readonly id: number,
   ) {
     this.sendWindow = session.peerInitialWindow;
+    this.recvWindow = session.streamWindow;
   }
 
   get writableNeedDrain(): boolean {
@@ -159,25 +182,30 @@ export class ServerStream {
     if (endStream) this.ended();
   }
 
-  /** Sends DATA; false means "wait for ondrain" (data held back past HIGH_WATER). */
-  write(data: Buffer): boolean {
+  /**
+   * Sends DATA; false means "wait for ondrain" (data held back past HIGH_WATER). `flushed` is
+   * called once the data was handed to the socket (not at all if the stream closes first).
+   */
+  write(data: Buffer, flushed?: () => void): boolean {
     if (this.closed || this.localEnded) return false;
     if (this.heldBytes === 0) data = this.send(data);
     if (data.length) {
       this.held.push(data);
       this.heldBytes += data.length;
-    }
+      if (flushed) this.heldFlushed.push(flushed);
+    } else if (flushed) this.session.onFlush(flushed);
     if (this.heldBytes < HIGH_WATER) return true;
     this.needDrain = true;
     return false;
   }
 
-  /** Ends the response with its trailers (an encoded block), after the data held back. */
-  end(trailers: Buffer): void {
+  /** Ends this side with trailers (an encoded block) or, without, an empty DATA frame, after the data held back. */
+  end(trailers?: Buffer): void {
     if (this.closed || this.localEnded) return;
     this.localEnded = true;
-    if (this.heldBytes) this.trailers = trailers;
-    else this.sendTrailers(trailers);
+    const last = trailers ?? EMPTY;
+    if (this.heldBytes) this.trailers = last;
+    else this.sendTrailers(last);
   }
 
   /** Ends the stream at once with RST_STREAM. */
@@ -216,6 +244,8 @@ export class ServerStream {
       }
       this.held.shift();
     }
+    for (const cb of this.heldFlushed) this.session.onFlush(cb);
+    this.heldFlushed = [];
     if (this.trailers) {
       const t = this.trailers;
       this.trailers = undefined;
@@ -227,16 +257,36 @@ export class ServerStream {
     }
   }
 
+  /** Trailers end a response; an empty block is an empty DATA frame with END_STREAM (a request's end). */
   private sendTrailers(block: Buffer): void {
-    this.session.frame(T_HEADERS, F_END_HEADERS | F_END_STREAM, this.id, block);
+    if (block.length) this.session.frame(T_HEADERS, F_END_HEADERS | F_END_STREAM, this.id, block);
+    else this.session.frame(T_DATA, F_END_STREAM, this.id, EMPTY);
     this.ended();
   }
 
-  /** The server's side has ended. A client still sending is told to stop (as grpc-go does). */
+  /**
+   * This side has ended. A server's stream is over then: a client still sending is told to stop
+   * (as grpc-go does). A client's waits for the server's end.
+   */
   private ended(): void {
     this.localEnded = true;
-    if (!this.remoteEnded) this.session.frame(T_RST_STREAM, 0, this.id, u32(H2_NO_ERROR));
-    this.close();
+    if (this.remoteEnded) return this.close();
+    if (this.session.isServer) {
+      this.session.frame(T_RST_STREAM, 0, this.id, u32(H2_NO_ERROR));
+      this.close();
+    }
+  }
+
+  /** @internal the peer ended its side. */
+  remoteEnd(): void {
+    this.remoteEnded = true;
+    if (this.closed) return;
+    this.onend?.();
+    // A client's call is over when the server ends it (its status came with the trailers).
+    if (!this.session.isServer) {
+      if (this.localEnded) this.close();
+      else this.reset(H2_NO_ERROR);
+    }
   }
 
   /** @internal */
@@ -245,6 +295,7 @@ export class ServerStream {
     this.closed = true;
     this.held = [];
     this.heldBytes = 0;
+    this.heldFlushed = [];
     this.trailers = undefined;
     this.session.forget(this);
     // As node's streams: 'close' comes after what the current turn is doing.
@@ -253,17 +304,17 @@ export class ServerStream {
 }
 
 /**
- * One client connection. `socket` is the raw connection (a net.Socket, or a TLS socket after
- * its handshake); the session reads and writes it, and destroys it when done.
+ * One connection, either side. `socket` is the raw connection (a net.Socket, or a TLS socket
+ * after its handshake); the session reads and writes it, and destroys it when done.
  */
-export class ServerSession {
-  /** The client's initial stream window and largest frame (its SETTINGS). */
+export class Http2Session {
+  /** The peer's initial stream window and largest frame (its SETTINGS). */
   peerInitialWindow = DEFAULT_WINDOW;
   peerMaxFrame = MAX_FRAME;
-  /** Bytes the server may still send on the connection. */
+  /** Bytes this side may still send on the connection. */
   sendWindow = DEFAULT_WINDOW;
   /** Streams with data held back for want of connection window. */
-  readonly blocked = new Set<ServerStream>();
+  readonly blocked = new Set<SessionStream>();
   /** Reads so far (the server's idle probe watches it). */
   reads = 0;
   /** Set while a PING of the idle probe is unanswered. */
@@ -271,30 +322,48 @@ export class ServerSession {
   /** Cached Common Name of a client certificate (null: none). */
   commonName: string | null | undefined;
 
-  private readonly streams = new Map<number, ServerStream>();
+  protected readonly streams = new Map<number, SessionStream>();
   private readonly decoder = new HeaderDecoder();
   private pending: Buffer = EMPTY;
-  private prefaceSeen = 0;
+  /** Bytes of the client's preface still to come (a server reads one first). */
+  private prefaceLeft: number;
   private settingsSeen = false;
-  private lastStreamId = 0;
+  /** The highest stream id opened (by the client: a server's peer, or this client). */
+  protected lastStreamId = 0;
   /** A header block spread over CONTINUATION frames. */
   private continued: { id: number; endStream: boolean; parts: Buffer[]; size: number } | undefined;
-  private recvWindow = CONNECTION_WINDOW;
-  /** Set once the server sent GOAWAY: the last stream it serves. */
+  /** This side's receive windows: each stream's initial one and the connection's. */
+  readonly streamWindow: number;
+  private readonly connectionWindow: number;
+  private recvWindow: number;
+  /** Set once this side sent GOAWAY: the last stream it serves. */
   private goawayLast: number | undefined;
   private out: Buffer[] = [];
   private outBytes = 0;
+  /** Callbacks of writes in `out`, called when the socket has taken it. */
+  private outFlushed: (() => void)[] = [];
   private dead = false;
 
-  constructor(
+  protected constructor(
     readonly socket: net.Socket,
-    private readonly handler: SessionHandler,
+    readonly isServer: boolean,
+    window: { stream: number; connection: number },
+    private readonly handler: SessionHandler | undefined,
   ) {
+    this.prefaceLeft = isServer ? PREFACE.length : 0;
+    this.streamWindow = window.stream;
+    this.connectionWindow = this.recvWindow = window.connection;
     socket.setNoDelay?.(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => this.destroy());
     socket.on('close', () => this.destroy());
-    this.frameRaw(GREETING);
+  }
+
+  /** @internal `flushed` is called once what is queued now has been handed to the socket. */
+  onFlush(flushed: () => void): void {
+    if (this.dead) return;
+    if (this.out.length === 0) process.nextTick(flushSession, this);
+    this.outFlushed.push(flushed);
   }
 
   get closed(): boolean {
@@ -317,7 +386,9 @@ export class ServerSession {
   close(): void {
     if (this.dead || this.goawayLast !== undefined) return;
     this.goawayLast = this.lastStreamId;
-    this.frame(T_GOAWAY, 0, 0, u32Pair(this.lastStreamId, H2_NO_ERROR));
+    // Its last-stream-id names the last stream the *peer* opened that this side serves: a
+    // server's last request; a client's peer opens none.
+    this.frame(T_GOAWAY, 0, 0, u32Pair(this.isServer ? this.lastStreamId : 0, H2_NO_ERROR));
     this.endIfIdle();
   }
 
@@ -326,9 +397,10 @@ export class ServerSession {
     if (this.dead) return;
     this.dead = true;
     this.out = [];
+    this.outFlushed = [];
     for (const s of [...this.streams.values()]) s.close();
     this.socket.destroy();
-    this.handler.onClose(this);
+    this.handler?.onClose(this);
   }
 
   /** @internal queues one frame for the next flush. */
@@ -337,9 +409,9 @@ export class ServerSession {
     if (payload.length) this.frameRaw(payload);
   }
 
-  private frameRaw(bytes: Buffer): void {
+  protected frameRaw(bytes: Buffer): void {
     if (this.dead) return;
-    if (this.out.length === 0) process.nextTick(flushSession, this);
+    if (this.out.length === 0 && this.outFlushed.length === 0) process.nextTick(flushSession, this);
     this.out.push(bytes);
     this.outBytes += bytes.length;
   }
@@ -347,21 +419,25 @@ export class ServerSession {
   /** @internal writes what the current turn queued, in one write when it is small. */
   flush(): void {
     const out = this.out;
-    if (out.length === 0 || this.dead) return;
+    const cbs = this.outFlushed;
+    if ((out.length === 0 && cbs.length === 0) || this.dead) return;
     this.out = [];
+    this.outFlushed = [];
     const bytes = this.outBytes;
     this.outBytes = 0;
-    if (out.length === 1) this.socket.write(out[0]);
-    else if (bytes <= JOIN_LIMIT) this.socket.write(Buffer.concat(out, bytes));
+    const done = cbs.length ? () => cbs.forEach(call) : undefined;
+    if (out.length === 0) done?.();
+    else if (out.length === 1) this.socket.write(out[0], done);
+    else if (bytes <= JOIN_LIMIT) this.socket.write(Buffer.concat(out, bytes), done);
     else {
       this.socket.cork();
-      for (const b of out) this.socket.write(b);
+      for (let i = 0; i < out.length; i++) this.socket.write(out[i], i === out.length - 1 ? done : undefined);
       this.socket.uncork();
     }
   }
 
   /** @internal a stream closed. */
-  forget(s: ServerStream): void {
+  forget(s: SessionStream): void {
     this.streams.delete(s.id);
     this.blocked.delete(s);
     this.endIfIdle();
@@ -379,14 +455,14 @@ export class ServerSession {
   private fail(code: number, why: string): void {
     if (this.dead) return;
     this.goawayLast ??= this.lastStreamId;
-    this.frame(T_GOAWAY, 0, 0, Buffer.concat([u32Pair(this.lastStreamId, code), Buffer.from(why)]));
+    this.frame(T_GOAWAY, 0, 0, Buffer.concat([u32Pair(this.isServer ? this.lastStreamId : 0, code), Buffer.from(why)]));
     this.flush();
     const streams = [...this.streams.values()];
     this.dead = true;
     for (const s of streams) s.close();
     this.socket.end();
     setTimeout(() => this.socket.destroy(), 1000).unref();
-    this.handler.onClose(this);
+    this.handler?.onClose(this);
   }
 
   private read(chunk: Buffer): void {
@@ -394,10 +470,11 @@ export class ServerSession {
     this.reads++;
     let buf = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
     let off = 0;
-    if (this.prefaceSeen < PREFACE.length) {
-      const n = Math.min(buf.length, PREFACE.length - this.prefaceSeen);
-      if (!buf.subarray(0, n).equals(PREFACE.subarray(this.prefaceSeen, this.prefaceSeen + n))) return this.fail(PROTOCOL_ERROR, 'not an HTTP/2 connection preface');
-      this.prefaceSeen += n;
+    if (this.prefaceLeft) {
+      const seen = PREFACE.length - this.prefaceLeft;
+      const n = Math.min(buf.length, this.prefaceLeft);
+      if (!buf.subarray(0, n).equals(PREFACE.subarray(seen, seen + n))) return this.fail(PROTOCOL_ERROR, 'not an HTTP/2 connection preface');
+      this.prefaceLeft -= n;
       off = n;
     }
     while (buf.length - off >= 9) {
@@ -437,15 +514,18 @@ export class ServerSession {
         if (id === 0) return this.fail(PROTOCOL_ERROR, 'PRIORITY on stream 0');
         if (p.length !== 5) return this.fail(FRAME_SIZE_ERROR, 'PRIORITY of the wrong size');
         return;
-      case T_RST_STREAM:
+      case T_RST_STREAM: {
         if (id === 0) return this.fail(PROTOCOL_ERROR, 'RST_STREAM on stream 0');
         if (p.length !== 4) return this.fail(FRAME_SIZE_ERROR, 'RST_STREAM of the wrong size');
         if (id > this.lastStreamId) return this.fail(PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
-        return this.streams.get(id)?.close();
+        const s = this.streams.get(id);
+        if (s) s.rstCode = p.readUInt32BE(0);
+        return s?.close();
+      }
       case T_SETTINGS:
         return this.onSettings(flags, id, p);
       case T_PUSH_PROMISE:
-        return this.fail(PROTOCOL_ERROR, 'PUSH_PROMISE from a client');
+        return this.fail(PROTOCOL_ERROR, 'PUSH_PROMISE'); // a client never enables push
       case T_PING:
         if (id !== 0) return this.fail(PROTOCOL_ERROR, 'PING on a stream');
         if (p.length !== 8) return this.fail(FRAME_SIZE_ERROR, 'PING of the wrong size');
@@ -476,7 +556,7 @@ export class ServerSession {
       return;
     }
     if (p.length % 6) return this.fail(FRAME_SIZE_ERROR, 'SETTINGS of the wrong size');
-    if (!this.settingsSeen) this.frameRaw(CONNECTION_WINDOW_UPDATE);
+    if (!this.settingsSeen && this.isServer) this.frameRaw(CONNECTION_WINDOW_UPDATE);
     this.settingsSeen = true;
     for (let o = 0; o < p.length; o += 6) {
       const key = p.readUInt16BE(o);
@@ -522,7 +602,8 @@ export class ServerSession {
   }
 
   private onHeaders(flags: number, id: number, p: Buffer): void {
-    if (id === 0 || (id & 1) === 0) return this.fail(PROTOCOL_ERROR, `HEADERS on stream ${id}`);
+    // Streams are the client's, odd-numbered; a server sends HEADERS only on those it was sent.
+    if (id === 0 || (id & 1) === 0 || (!this.isServer && id > this.lastStreamId)) return this.fail(PROTOCOL_ERROR, `HEADERS on stream ${id}`);
     if (flags & F_PADDED) {
       if (p.length < 1 || p[0] >= p.length) return this.fail(PROTOCOL_ERROR, 'padding longer than the frame');
       p = p.subarray(1, p.length - p[0]);
@@ -544,19 +625,30 @@ export class ServerSession {
     } catch {
       return this.fail(COMPRESSION_ERROR, 'header block does not decode');
     }
+    if (!this.isServer) {
+      // A response's headers, then its trailers (or trailers only); a closed stream's are dropped.
+      const s = this.streams.get(id);
+      if (!s || s.remoteEnded) return;
+      const first = !s.headersReceived;
+      s.headersReceived = true;
+      if (!first && !endStream) return s.reset(PROTOCOL_ERROR);
+      s.onheaders?.(headers, endStream);
+      if (endStream) s.remoteEnd();
+      return;
+    }
     if (id <= this.lastStreamId) {
       // Trailers of a request (gRPC clients send none, but HTTP/2 allows them) end it.
       const s = this.streams.get(id);
       if (!s || s.remoteEnded) return this.rst(id, STREAM_CLOSED);
       if (!endStream) return s.reset(PROTOCOL_ERROR);
-      return this.remoteEnd(s);
+      return s.remoteEnd();
     }
     this.lastStreamId = id;
     if (this.goawayLast !== undefined) return this.rst(id, REFUSED_STREAM);
-    const s = new ServerStream(this, id);
+    const s = new SessionStream(this, id);
     this.streams.set(id, s);
     s.remoteEnded = endStream;
-    if (size > MAX_HEADER_LIST) {
+    if (size > MAX_HEADER_LIST || !this.handler) {
       s.respond(HEADER_LIST_TOO_LARGE, true);
       return;
     }
@@ -570,9 +662,9 @@ export class ServerSession {
     const length = p.length;
     this.recvWindow -= length;
     if (this.recvWindow < 0) return this.fail(FLOW_CONTROL_ERROR, 'DATA beyond the connection window');
-    if (this.recvWindow < CONNECTION_WINDOW / 2) {
-      this.frame(T_WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - this.recvWindow));
-      this.recvWindow = CONNECTION_WINDOW;
+    if (this.recvWindow < this.connectionWindow / 2) {
+      this.frame(T_WINDOW_UPDATE, 0, 0, u32(this.connectionWindow - this.recvWindow));
+      this.recvWindow = this.connectionWindow;
     }
     if (flags & F_PADDED) {
       if (length < 1 || p[0] >= length) return this.fail(PROTOCOL_ERROR, 'padding longer than the frame');
@@ -587,16 +679,11 @@ export class ServerSession {
     // Known before the data is handed over: a call answered from it has nothing more to read.
     if (end) s.remoteEnded = true;
     if (p.length) s.ondata?.(p);
-    if (end) return this.remoteEnd(s);
-    if (s.recvWindow < STREAM_WINDOW / 2 && !s.closed) {
-      this.frame(T_WINDOW_UPDATE, 0, id, u32(STREAM_WINDOW - s.recvWindow));
-      s.recvWindow = STREAM_WINDOW;
+    if (end) return s.remoteEnd();
+    if (s.recvWindow < this.streamWindow / 2 && !s.closed) {
+      this.frame(T_WINDOW_UPDATE, 0, id, u32(this.streamWindow - s.recvWindow));
+      s.recvWindow = this.streamWindow;
     }
-  }
-
-  private remoteEnd(s: ServerStream): void {
-    s.remoteEnded = true;
-    if (!s.closed) s.onend?.();
   }
 
   private rst(id: number, code: number): void {
@@ -604,8 +691,57 @@ export class ServerSession {
   }
 }
 
-function flushSession(s: ServerSession): void {
+function flushSession(s: Http2Session): void {
   s.flush();
+}
+
+function call(fn: () => void): void {
+  fn();
+}
+
+/** The server side of a connection: the client's streams go to `handler`. */
+export class ServerSession extends Http2Session {
+  constructor(socket: net.Socket, handler: SessionHandler) {
+    super(socket, true, { stream: STREAM_WINDOW, connection: CONNECTION_WINDOW }, handler);
+    this.frameRaw(GREETING);
+  }
+}
+
+/**
+ * The client side of a connection to one of our own servers (an internal Unix socket): it
+ * opens streams. `window` is how much the server may send ahead of what this side has read,
+ * per stream and for the connection (HTTP/2's default, 64 KiB, for storage's feed: storage
+ * skips a gateway that falls that far behind).
+ */
+export class ClientSession extends Http2Session {
+  private readonly requestBlocks = new Map<string, Buffer>();
+
+  constructor(socket: net.Socket, window: number) {
+    super(socket, false, { stream: window, connection: Math.max(window, DEFAULT_WINDOW) }, undefined);
+    const greeting = [PREFACE, windowSettings(window)];
+    if (window > DEFAULT_WINDOW) greeting.push(windowUpdate(0, window - DEFAULT_WINDOW));
+    this.frameRaw(Buffer.concat(greeting));
+  }
+
+  /** Opens a gRPC call of `path` (HEADERS sent; the caller sets the stream's callbacks). */
+  request(path: string): SessionStream {
+    let block = this.requestBlocks.get(path);
+    if (!block) {
+      block = encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': path, ':authority': 'localhost', 'content-type': 'application/grpc', te: 'trailers' });
+      this.requestBlocks.set(path, block);
+    }
+    const id = this.lastStreamId === 0 ? 1 : this.lastStreamId + 2;
+    const s = new SessionStream(this, id);
+    // A closing or broken connection opens nothing: the stream closes (its caller hears why).
+    if (this.closed) {
+      s.close();
+      return s;
+    }
+    this.lastStreamId = id;
+    this.streams.set(id, s);
+    this.frame(T_HEADERS, F_END_HEADERS, id, block);
+    return s;
+  }
 }
 
 const HEADER_LIST_TOO_LARGE = Buffer.from([0x08, 0x03, 0x34, 0x33, 0x31]); // ":status: 431", literal without indexing
