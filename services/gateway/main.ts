@@ -12,6 +12,7 @@ import { installLifecycle, serveMetrics, signalReady } from '../../shared/compon
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
 import { storageLink, type WriteLink } from '../../shared/grpc/batch-link.js';
+import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
 import { ClusterView, RoutedLink } from './cluster.js';
 import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
@@ -45,17 +46,20 @@ export async function runGateway(cfg: Config): Promise<void> {
   node.linearizableReads = cfg.readConsistency === 'linearizable';
   if (cfg.peerTlsCa) node.peerScheme = 'https';
   removeStaleSnapshots(cfg.dataDir);
-  const storageWrites = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Write');
-  const storageLeases = storageLink(socketPath(cfg.dataDir, 'storage'), log, 'Lease');
+  // One connection to storage for the write links and the feed: storage sends a batch's feed
+  // message and its answers in one write, read here in one wake-up.
+  const toStorage = new UnixH2Channel(socketPath(cfg.dataDir, 'storage'));
+  const storageWrites = storageLink(toStorage, log, 'Write');
+  const storageLeases = storageLink(toStorage, log, 'Lease');
   const hub = new Hub(db, log);
-  const feed = new FeedLink(socketPath(cfg.dataDir, 'storage'), hub, log);
+  const feed = new FeedLink(toStorage, hub, log);
   // Cluster mode: writes and lease calls go to storage while this node leads, else to the
   // leader through the peer agent (services/gateway/cluster.ts).
   let link: WriteLink = storageWrites;
   let leaseLink: WriteLink = storageLeases;
   let view: ClusterView | undefined;
   const hashes = new HashWorker(cfg.dataDir, log);
-  const closers: { close(): void }[] = [storageWrites, storageLeases, hashes];
+  const closers: { close(): void }[] = [storageWrites, storageLeases, toStorage, hashes];
   if (clusterMode(cfg)) {
     view = new ClusterView(socketPath(cfg.dataDir, 'peer'), feed, log);
     node.cluster = view;

@@ -14,6 +14,7 @@ import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
 import { BatchLink, grpcBatchCalls, storageLink } from '../../shared/grpc/batch-link.js';
+import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
@@ -111,7 +112,7 @@ class PeerNode {
   leadership: Leadership | undefined;
   private following: Following | undefined;
   private contact: LeaderContact = { term: 0, at: -Infinity };
-  private local: { Write: BatchLink; Lease: BatchLink } | undefined;
+  private local: { Write: BatchLink; Lease: BatchLink; channel: UnixH2Channel } | undefined;
   private remote: { leader: string; Write: BatchLink; Lease: BatchLink; client: grpc.Client & Record<string, any> } | undefined;
   private readonly ttlMs: number;
   private readonly retryMs: number;
@@ -299,9 +300,10 @@ class PeerNode {
   // ---- forwarding --------------------------------------------------------------------------
 
   /** This node's storage streams (the leader's side of a forwarded write). */
-  private localLinks(): { Write: BatchLink; Lease: BatchLink } {
-    const sock = socketPath(this.cfg.dataDir, 'storage');
-    return (this.local ??= { Write: storageLink(sock, this.log, 'Write'), Lease: storageLink(sock, this.log, 'Lease') });
+  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: UnixH2Channel } {
+    if (this.local) return this.local;
+    const channel = new UnixH2Channel(socketPath(this.cfg.dataDir, 'storage'));
+    return (this.local = { Write: storageLink(channel, this.log, 'Write'), Lease: storageLink(channel, this.log, 'Lease'), channel });
   }
 
   /** The current leader's Forward streams (a follower's side). */
@@ -391,6 +393,7 @@ class PeerNode {
   close(): void {
     this.local?.Write.close();
     this.local?.Lease.close();
+    this.local?.channel.close();
     this.remote?.Write.close();
     this.remote?.Lease.close();
     this.remote?.client.close();

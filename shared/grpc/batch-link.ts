@@ -196,14 +196,22 @@ export class BatchLink implements WriteLink {
   }
 }
 
-/** A link on our own HTTP/2 streams (h2-stream.ts) to a batch method served on a Unix socket. */
-export function unixBatchLink(socket: string, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
-  const channel = new UnixH2Channel(socket);
+/**
+ * A link on our own HTTP/2 streams (h2-stream.ts) to a batch method served on a Unix socket.
+ * Given a channel, the link shares its connection and leaves closing it to its owner.
+ */
+export function unixBatchLink(to: string | UnixH2Channel, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
+  const channel = typeof to === 'string' ? new UnixH2Channel(to) : to;
   const def = method as MethodDefinition<unknown, { results: Result[] }>;
-  return new BatchLink({ open: () => channel.stream(def), close: () => channel.close() }, log, opts);
+  return new BatchLink({ open: () => channel.stream(def), close: () => {
+    if (typeof to === 'string') channel.close();
+  } }, log, opts);
 }
 
-/** The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock. */
-export function storageLink(socket: string, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
-  return unixBatchLink(socket, STORAGE[method]!, log, { waitMs });
+/**
+ * The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock,
+ * on `channel`, a connection to it that the caller's other links to storage share.
+ */
+export function storageLink(channel: UnixH2Channel, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
+  return unixBatchLink(channel, STORAGE[method]!, log, { waitMs });
 }

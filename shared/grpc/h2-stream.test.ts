@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
 import type { MethodDefinition } from '@grpc/grpc-js';
@@ -10,7 +11,7 @@ import { service } from '../proto/index.js';
 import { GrpcServer, type ServerCall } from './http2-server.js';
 import { serveBatchStream } from './batch-stream.js';
 import { STORAGE, storageLink } from './batch-link.js';
-import { UnixH2Channel, type H2Stream } from './h2-stream.js';
+import { DEFAULT_WINDOW, UnixH2Channel, type H2Stream } from './h2-stream.js';
 import { MessageReader, frame } from './framing.js';
 import { bindUnix } from './server.js';
 import { EtcdError } from '../errors.js';
@@ -33,6 +34,18 @@ async function echoStorage(socket: string): Promise<GrpcServer> {
   });
   await bindUnix(server, socket);
   return server;
+}
+
+/** A write link to `socket` on a channel of its own; both closed, and the server shut down, after the test. */
+function writeLink(t: TestContext, socket: string, server: () => GrpcServer) {
+  const channel = new UnixH2Channel(socket);
+  const link = storageLink(channel, silent, 'Write', 2000);
+  t.after(async () => {
+    link.close();
+    channel.close();
+    await server().shutdown(100);
+  });
+  return { channel, link };
 }
 
 test('MessageReader: whole messages, a prefix alone, a message across chunks, two in one chunk', () => {
@@ -59,11 +72,7 @@ test('MessageReader: whole messages, a prefix alone, a message across chunks, tw
 test('storage link on our HTTP/2 stream: small and large writes, errors, and a restarted server', async (t) => {
   const socket = socketPath(t);
   let server = await echoStorage(socket);
-  const link = storageLink(socket, silent, 'Write', 2000);
-  t.after(async () => {
-    link.close();
-    await server.shutdown(100);
-  });
+  const { link } = writeLink(t, socket, () => server);
   // Sizes around the point where a message's prefix is written apart from it (16 KiB), and 4 MiB.
   for (const n of [1, 16 * 1024 - 1, 16 * 1024, 16 * 1024 + 1, 4 << 20]) {
     const body = Buffer.alloc(n, n % 251);
@@ -154,4 +163,49 @@ test('H2Stream.write calls back once the message left, and refuses a stream that
   let calledBack = false;
   assert.equal(call.write({ requests: [] }, () => (calledBack = true)), false);
   assert.equal(calledBack, false);
+});
+
+test('a write link and the feed on one connection: a feed message and the answers of the same turn leave in one socket write, as storage sends them', async (t) => {
+  const socket = socketPath(t);
+  const server = new GrpcServer({ maxReceiveMessageLength: 1 << 20 });
+  let feedCall: ServerCall<any, any> | undefined;
+  server.addService(service('kvs.storage.Storage'), {
+    Feed(call: ServerCall<any, any>) {
+      feedCall = call;
+      call.write({ revision: 1, entries: [] });
+    },
+    // As storage's engine: the batch's feed message first, then its answers (batch-stream.ts
+    // sends those from a callback queued after).
+    Write(call: ServerCall<any, any>) {
+      let revision = 1;
+      serveBatchStream(call, (_op, body, done) => {
+        feedCall!.write({ revision: ++revision, entries: [Buffer.from(body)] });
+        done({ body: Buffer.from(body), code: 0, message: '' });
+      });
+    },
+  });
+  await bindUnix(server, socket);
+  const { channel, link } = writeLink(t, socket, () => server);
+  const feed = channel.stream(STORAGE.Feed as MethodDefinition<object, { revision: unknown; entries: Uint8Array[] }>, DEFAULT_WINDOW);
+  feed.on('error', () => {});
+  const revisions: number[] = [];
+  feed.on('data', (m) => revisions.push(Number(m.revision)));
+  feed.write({});
+  feed.end();
+  assert.equal(String(await link.call(1, Buffer.from('first'))), 'first');
+
+  // Writes of the server's sockets (an accepted socket has `server` set) while one write is served.
+  const write = net.Socket.prototype.write;
+  let serverWrites = 0;
+  net.Socket.prototype.write = function (this: net.Socket, ...args: unknown[]) {
+    if ((this as net.Socket & { server?: unknown }).server) serverWrites++;
+    return (write as (...a: unknown[]) => boolean).apply(this, args);
+  } as typeof write;
+  try {
+    assert.equal(String(await link.call(1, Buffer.from('second'))), 'second');
+  } finally {
+    net.Socket.prototype.write = write;
+  }
+  assert.deepEqual(revisions, [1, 2, 3], 'the feed message came before the answer');
+  assert.equal(serverWrites, 1, 'the feed message and the answer in one socket write');
 });

@@ -14,34 +14,35 @@ import { ClientSession, DEFAULT_WINDOW, H2_CANCEL, H2_INTERNAL_ERROR, type Sessi
 
 export { DEFAULT_WINDOW };
 
-/** Flow-control windows of the write links: a burst of answers never waits for a WINDOW_UPDATE. */
+/** Flow-control windows of a connection and of a write link's stream: a burst of answers never waits for a WINDOW_UPDATE. */
 const WINDOW = 1 << 24;
 const NO_LIMIT = 2 ** 31 - 1;
 
-/** One HTTP/2 connection to a Unix socket, made when a stream needs it and again after it broke. */
+/**
+ * One HTTP/2 connection to a Unix socket, made when a stream needs it and again after it broke.
+ * Several streams may share it (the gateway's write links and feed): what the server answers
+ * on them in one turn arrives in one read.
+ */
 export class UnixH2Channel {
   private session: ClientSession | undefined;
 
-  /**
-   * `window`: how much the server may send ahead of what this process has read (HTTP/2's
-   * default, 64 KiB, for the feed: storage skips a gateway that falls that far behind).
-   */
-  constructor(
-    private readonly socket: string,
-    private readonly window = WINDOW,
-  ) {}
+  constructor(private readonly socket: string) {}
 
   private connection(): ClientSession {
     const s = this.session;
     if (s && !s.closed) return s;
     // Every stream on a connection that fails fails too, and that is what callers hear.
-    this.session = new ClientSession(net.connect(this.socket), this.window);
+    this.session = new ClientSession(net.connect(this.socket), WINDOW);
     return this.session;
   }
 
-  /** Opens a bidi call of `method`; it emits 'metadata' once the server took it. */
-  stream<Req, Res>(method: MethodDefinition<Req, Res>): H2Stream<Req, Res> {
-    return new H2Stream(this.connection(), method);
+  /**
+   * Opens a bidi call of `method`; it emits 'metadata' once the server took it. `window`: how
+   * much the server may send on it ahead of what this process has read (HTTP/2's default,
+   * 64 KiB, for the feed: storage skips a gateway that falls that far behind).
+   */
+  stream<Req, Res>(method: MethodDefinition<Req, Res>, window = WINDOW): H2Stream<Req, Res> {
+    return new H2Stream(this.connection(), method, window);
   }
 
   close(): void {
@@ -61,9 +62,9 @@ export class H2Stream<Req, Res> extends EventEmitter {
   private details = '';
   private failure: Error | undefined;
 
-  constructor(session: ClientSession, private readonly method: MethodDefinition<Req, Res>) {
+  constructor(session: ClientSession, private readonly method: MethodDefinition<Req, Res>, window = DEFAULT_WINDOW) {
     super();
-    const req = (this.req = session.request(method.path));
+    const req = (this.req = session.request(method.path, window));
     const reader = new MessageReader(
       NO_LIMIT,
       (msg, compressed) => {

@@ -151,6 +151,8 @@ export class SessionStream {
   remoteEnded = false;
   /** Bytes the peer may still send on this stream before this side's next WINDOW_UPDATE. */
   recvWindow: number;
+  /** The receive window this side keeps open for the stream (topped up as data is read). */
+  window: number;
   /** A client's stream: whether the response headers came. */
   headersReceived = false;
   /** Bytes this side may still send on this stream (the peer's window for it). */
@@ -167,7 +169,7 @@ export class SessionStream {
     readonly id: number,
   ) {
     this.sendWindow = session.peerInitialWindow;
-    this.recvWindow = session.streamWindow;
+    this.recvWindow = this.window = session.streamWindow;
   }
 
   get writableNeedDrain(): boolean {
@@ -362,7 +364,7 @@ export class Http2Session {
   /** @internal `flushed` is called once what is queued now has been handed to the socket. */
   onFlush(flushed: () => void): void {
     if (this.dead) return;
-    if (this.out.length === 0) process.nextTick(flushSession, this);
+    if (this.out.length === 0 && this.outFlushed.length === 0) process.nextTick(flushSoon, this);
     this.outFlushed.push(flushed);
   }
 
@@ -411,7 +413,7 @@ export class Http2Session {
 
   protected frameRaw(bytes: Buffer): void {
     if (this.dead) return;
-    if (this.out.length === 0 && this.outFlushed.length === 0) process.nextTick(flushSession, this);
+    if (this.out.length === 0 && this.outFlushed.length === 0) process.nextTick(flushSoon, this);
     this.out.push(bytes);
     this.outBytes += bytes.length;
   }
@@ -680,15 +682,25 @@ export class Http2Session {
     if (end) s.remoteEnded = true;
     if (p.length) s.ondata?.(p);
     if (end) return s.remoteEnd();
-    if (s.recvWindow < this.streamWindow / 2 && !s.closed) {
-      this.frame(T_WINDOW_UPDATE, 0, id, u32(this.streamWindow - s.recvWindow));
-      s.recvWindow = this.streamWindow;
+    if (s.recvWindow < s.window / 2 && !s.closed) {
+      this.frame(T_WINDOW_UPDATE, 0, id, u32(s.window - s.recvWindow));
+      s.recvWindow = s.window;
     }
   }
 
   private rst(id: number, code: number): void {
     this.frame(T_RST_STREAM, 0, id, u32(code));
   }
+}
+
+/**
+ * The flush runs behind the other callbacks queued in the same turn so far: what they write
+ * on the connection's other streams leaves in the same socket write (storage writes a batch's
+ * feed message, then its answers from a callback queued after, to the gateway on one
+ * connection: one wake-up of the gateway, not two).
+ */
+function flushSoon(s: Http2Session): void {
+  process.nextTick(flushSession, s);
 }
 
 function flushSession(s: Http2Session): void {
@@ -709,22 +721,26 @@ export class ServerSession extends Http2Session {
 
 /**
  * The client side of a connection to one of our own servers (an internal Unix socket): it
- * opens streams. `window` is how much the server may send ahead of what this side has read,
- * per stream and for the connection (HTTP/2's default, 64 KiB, for storage's feed: storage
- * skips a gateway that falls that far behind).
+ * opens streams. `connectionWindow` is how much the server may send ahead of what this side
+ * has read in all; each stream's own window is HTTP/2's default, 64 KiB (storage's feed:
+ * storage skips a gateway that falls that far behind), unless `request` is given a larger one.
  */
 export class ClientSession extends Http2Session {
   private readonly requestBlocks = new Map<string, Buffer>();
 
-  constructor(socket: net.Socket, window: number) {
-    super(socket, false, { stream: window, connection: Math.max(window, DEFAULT_WINDOW) }, undefined);
-    const greeting = [PREFACE, windowSettings(window)];
-    if (window > DEFAULT_WINDOW) greeting.push(windowUpdate(0, window - DEFAULT_WINDOW));
+  constructor(socket: net.Socket, connectionWindow: number) {
+    super(socket, false, { stream: DEFAULT_WINDOW, connection: Math.max(connectionWindow, DEFAULT_WINDOW) }, undefined);
+    const greeting = [PREFACE, windowSettings(DEFAULT_WINDOW)];
+    if (connectionWindow > DEFAULT_WINDOW) greeting.push(windowUpdate(0, connectionWindow - DEFAULT_WINDOW));
     this.frameRaw(Buffer.concat(greeting));
   }
 
-  /** Opens a gRPC call of `path` (HEADERS sent; the caller sets the stream's callbacks). */
-  request(path: string): SessionStream {
+  /**
+   * Opens a gRPC call of `path` (HEADERS sent; the caller sets the stream's callbacks).
+   * `window`: the stream's receive window, opened with a WINDOW_UPDATE right behind the
+   * HEADERS when larger than the default (a write link's answers never wait for one).
+   */
+  request(path: string, window = DEFAULT_WINDOW): SessionStream {
     let block = this.requestBlocks.get(path);
     if (!block) {
       block = encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': path, ':authority': 'localhost', 'content-type': 'application/grpc', te: 'trailers' });
@@ -740,6 +756,10 @@ export class ClientSession extends Http2Session {
     this.lastStreamId = id;
     this.streams.set(id, s);
     this.frame(T_HEADERS, F_END_HEADERS, id, block);
+    if (window > s.window) {
+      this.frameRaw(windowUpdate(id, window - s.window));
+      s.recvWindow = s.window = window;
+    }
     return s;
   }
 }

@@ -24,7 +24,6 @@ export class FeedLink {
    * Our own HTTP/2 stream, as the write links (shared/grpc/h2-stream.ts): storage sends a
    * batch's feed message before its answers, so reading it is on every put's path.
    */
-  private readonly channel: UnixH2Channel;
   private call: H2Stream<object, FeedMessage> | undefined;
   private retryMs = 20;
   private closed = false;
@@ -39,16 +38,19 @@ export class FeedLink {
   refused = '';
   private waiters: { index: number; revision: number; resolve(): void; reject(err: Error): void }[] = [];
 
-  constructor(socket: string, private readonly hub: Hub, private readonly log: Logger) {
-    // HTTP/2's default window, as grpc-js's: a gateway that falls behind is skipped by storage
-    // (Storage.Feed) rather than buffering megabytes of entries it has not read.
-    this.channel = new UnixH2Channel(socket, DEFAULT_WINDOW);
+  /**
+   * `channel`: the connection to storage, shared with the write links (storage writes a
+   * batch's feed message and its answers in one socket write, read in one wake-up here).
+   */
+  constructor(private readonly channel: UnixH2Channel, private readonly hub: Hub, private readonly log: Logger) {
     this.open();
   }
 
   private open(): void {
     if (this.closed) return;
-    const call = this.channel.stream(FEED);
+    // HTTP/2's default window, as grpc-js's: a gateway that falls behind is skipped by storage
+    // (Storage.Feed) rather than buffering megabytes of entries it has not read.
+    const call = this.channel.stream(FEED, DEFAULT_WINDOW);
     call.write({});
     call.end();
     this.call = call;
@@ -118,7 +120,6 @@ export class FeedLink {
     this.closed = true;
     const call = this.call;
     this.call = undefined; // its cancel is not a lost feed
-    call?.cancel();
-    this.channel.close();
+    call?.cancel(); // the channel is its owner's to close
   }
 }
