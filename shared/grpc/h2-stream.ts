@@ -62,7 +62,7 @@ export class H2Stream<Req, Res> extends EventEmitter {
   private details = '';
   private failure: Error | undefined;
 
-  constructor(session: ClientSession, private readonly method: MethodDefinition<Req, Res>, window = DEFAULT_WINDOW) {
+  constructor(session: ClientSession, private readonly method: MethodDefinition<Req, Res>, window: number) {
     super();
     const req = (this.req = session.request(method.path, window));
     const reader = new MessageReader(
