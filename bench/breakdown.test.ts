@@ -1,6 +1,7 @@
 // `npm run breakdown` (bench/breakdown.ts) on a real single node and a real 3-node cluster:
 // exit 0, every measured put has every stage, each process's stamps are in the path's order,
-// and no stage is stamped before its cause. No timing thresholds. And the join on its own.
+// no stage is stamped before its cause, and every process's CPU and wake-ups per put are
+// reported. No timing thresholds. And the join on its own.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -10,6 +11,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Stage, STAGE_NAMES, type StageFile } from '../shared/stages.js';
 import { joinBreakdown, stageDefs, type Breakdown } from './breakdown-join.js';
+import type { ProcessCost } from './proc.js';
 
 const BREAKDOWN = fileURLToPath(new URL('./breakdown.js', import.meta.url));
 
@@ -40,9 +42,17 @@ for (const cluster of [false, true]) {
     const out = path.join(dir, 'breakdown.json');
     const { code, output } = await run(['--puts', '200', '--warmup', '20', '--no-etcd', '--out', out, ...(cluster ? ['--cluster'] : [])]);
     assert.equal(code, 0, `breakdown exited with ${code}:\n${output}`);
-    const report = JSON.parse(await readFile(out, 'utf8')) as { mode: string; kvs: Breakdown; etcd?: unknown };
+    const report = JSON.parse(await readFile(out, 'utf8')) as { mode: string; kvs: Breakdown; etcd?: unknown; kvsProcesses: ProcessCost[] };
     assert.equal(report.mode, cluster ? 'cluster' : 'single');
     assert.equal(report.etcd, undefined);
+    // Every component of every node, named; each put wakes each node's storage (its entries
+    // arrive) and the leader's gateway (the client's request arrives).
+    const names = report.kvsProcesses.map((p) => p.name).sort();
+    const nodes = cluster ? ['n1 ', 'n2 ', 'n3 '] : [''];
+    for (const n of nodes) for (const c of ['gateway', 'storage', 'supervisor']) assert.ok(names.includes(n + c), `no ${n + c} in ${names.join(', ')}\n${output}`);
+    for (const p of report.kvsProcesses) assert.ok(p.cpuMicrosPerOp >= 0 && p.wakeupsPerOp >= 0, JSON.stringify(p));
+    for (const p of report.kvsProcesses.filter((p) => p.name.endsWith('storage'))) assert.ok(p.wakeupsPerOp >= 1, JSON.stringify(p));
+    assert.match(output, /kvs total +\d+ µs +\d+\.\d\d wake-ups/);
     assert.deepEqual(report.kvs.stages.map((s) => s.name), stageDefs(cluster).map((d) => d.name));
     assertComplete(report.kvs, 200, output);
     if (cluster) assert.equal(Object.values(report.kvs.firstAck!).reduce((a, b) => a + b, 0), 200);

@@ -3,7 +3,9 @@
 // the bench's plain HTTP/2 client (bench/h2-channel.ts), stamping send and receive itself, stops
 // kvs (each component writes its stage file as it exits: shared/stages.ts), joins the files per
 // put and prints per stage the median and p99 of the time since the previous stage and since
-// the client sent the request. Optionally the same puts against etcd 3.4, for its total.
+// the client sent the request; then each process's CPU and main-thread wake-ups per measured
+// put (/proc, over the measured puts). Optionally the same puts against etcd 3.4, for its
+// total and its CPU per put.
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,12 +19,14 @@ import { cleanup, ensureEtcd, startEtcd, startKvs, type Server } from './servers
 import { startCluster, type BenchCluster } from './cluster.js';
 import { formatBreakdown, joinBreakdown, type Breakdown, type ClientPut, type Summary } from './breakdown-join.js';
 import { percentile } from './stats.js';
+import { processCosts, sampleProcesses, type ProcessCost } from './proc.js';
 
 const HELP = `Usage: npm run breakdown -- [flags]
 
 Starts kvs with KVS_STAGE_TRACE set, sends serial puts (${VALUE_BYTES}-byte values), stops kvs,
 and prints where a put's time goes: per stage, the median and p99 of the time since the
-previous stage and since the client sent the request (µs), and the client-measured total.
+previous stage and since the client sent the request (µs), and the client-measured total;
+then per kvs process its CPU (every thread) and its main thread's wake-ups per measured put.
 
   --puts <n>            measured puts (default 5000)
   --warmup <n>          puts before them, not measured (default 500)
@@ -89,14 +93,16 @@ function settings(argv: string[]): Settings | undefined {
  * `warmup` + `n` puts, one at a time, on one connection; returns the measured ones. Requests
  * are encoded before the send stamp, so the client's own encoding is not in the times.
  */
-async function serialPuts(endpoint: string, n: number, warmup: number): Promise<ClientPut[]> {
+async function serialPuts(endpoint: string, n: number, warmup: number, pids: () => number[]): Promise<{ puts: ClientPut[]; costs: ProcessCost[] }> {
   const kv = new KvClient(endpoint);
   const v = value();
   const bodies = Array.from({ length: warmup + n }, (_, i) => encode('etcdserverpb.PutRequest', { key: key('breakdown', i), value: v }));
   const puts: ClientPut[] = [];
+  let before = sampleProcesses(pids());
   try {
     await kv.connect();
     for (let i = 0; i < bodies.length; i++) {
+      if (i === warmup) before = sampleProcesses(pids());
       const send = monotonicMicros();
       const res = await kv.call(PUT_PATH, bodies[i]!, DEADLINE_MS);
       const receive = monotonicMicros();
@@ -105,7 +111,7 @@ async function serialPuts(endpoint: string, n: number, warmup: number): Promise<
   } finally {
     kv.close();
   }
-  return puts;
+  return { puts, costs: processCosts(before, sampleProcesses(pids()), puts.length) };
 }
 
 function totals(puts: ClientPut[]): Summary & { mean: number } {
@@ -115,46 +121,48 @@ function totals(puts: ClientPut[]): Summary & { mean: number } {
 }
 
 /** Starts what is measured; `endpoint`: where the puts go (a cluster's leader). */
-async function start(system: 'kvs' | 'etcd', s: Settings, traceDir: string): Promise<{ endpoint: string; node: string; stop(): Promise<void> }> {
+async function start(system: 'kvs' | 'etcd', s: Settings, traceDir: string): Promise<{ endpoint: string; node: string; pids(): number[]; stop(): Promise<void> }> {
   // KVS_CPU_PROF (supervisor/component.ts) is passed through: CPU profiles of the same puts.
   const env: Record<string, string> = { KVS_STAGE_TRACE: traceDir, ...(process.env.KVS_CPU_PROF ? { KVS_CPU_PROF: process.env.KVS_CPU_PROF } : {}) };
   if (s.cluster) {
     const c: BenchCluster = await startCluster(system, 3, s.kvsFlags, env);
     const i = await c.leader();
-    return { endpoint: c.endpoints[i]!, node: c.members[i]!.name, stop: () => c.stop() };
+    const all = c.asServer(c.endpoints[i]!);
+    return { endpoint: c.endpoints[i]!, node: c.members[i]!.name, pids: () => all.pids(), stop: () => c.stop() };
   }
   const server: Server = system === 'kvs' ? await startKvs(undefined, s.kvsFlags, env) : await startEtcd();
-  return { endpoint: server.endpoint, node: 'default', stop: () => server.stop() };
+  return { endpoint: server.endpoint, node: 'default', pids: () => server.pids(), stop: () => server.stop() };
 }
 
-async function runKvs(s: Settings): Promise<Breakdown> {
+async function runKvs(s: Settings): Promise<{ breakdown: Breakdown; costs: ProcessCost[] }> {
   const traceDir = await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-'));
   cleanup.dir(traceDir);
   try {
     const kvs = await start('kvs', s, traceDir);
-    let puts: ClientPut[];
+    let run: Awaited<ReturnType<typeof serialPuts>>;
     try {
       // A start that was retried (a port taken) may have left the files of the stopped attempt;
       // the running processes write theirs only when they exit.
       for (const f of await readdir(traceDir)) await rm(path.join(traceDir, f), { force: true });
-      puts = await serialPuts(kvs.endpoint, s.puts, s.warmup);
+      run = await serialPuts(kvs.endpoint, s.puts, s.warmup, kvs.pids);
     } finally {
       await kvs.stop(); // SIGTERM: every component writes its stage file on the way out
     }
     const files = readStageFiles(traceDir);
     if (files.length === 0) throw new Error(`kvs wrote no stage files in ${traceDir}`);
-    return joinBreakdown(files, puts, kvs.node, s.cluster);
+    return { breakdown: joinBreakdown(files, run.puts, kvs.node, s.cluster), costs: run.costs };
   } finally {
     await rm(traceDir, { recursive: true, force: true });
     cleanup.dirGone(traceDir);
   }
 }
 
-async function runEtcd(s: Settings): Promise<Summary & { mean: number }> {
+async function runEtcd(s: Settings): Promise<{ total: Summary & { mean: number }; costs: ProcessCost[] }> {
   ensureEtcd((m) => console.error(m));
   const etcd = await start('etcd', s, '');
   try {
-    return totals(await serialPuts(etcd.endpoint, s.puts, s.warmup));
+    const run = await serialPuts(etcd.endpoint, s.puts, s.warmup, etcd.pids);
+    return { total: totals(run.puts), costs: run.costs };
   } finally {
     await etcd.stop();
   }
@@ -165,14 +173,16 @@ async function main(): Promise<void> {
   if (!s) return void process.stdout.write(HELP);
   const mode = s.cluster ? '3-node cluster, puts to the leader' : 'single node';
   console.error(`kvs (${mode}): ${s.warmup} warm-up + ${s.puts} serial puts${s.kvsFlags.length ? `, kvs run ${s.kvsFlags.join(' ')}` : ''}`);
-  const kvs = await runKvs(s);
-  let etcd: (Summary & { mean: number }) | undefined;
+  const { breakdown: kvs, costs } = await runKvs(s);
+  let etcd: Awaited<ReturnType<typeof runEtcd>> | undefined;
   if (s.etcd) {
     console.error(`etcd 3.4 (${s.cluster ? '3 members' : '1 member'}): the same puts`);
     etcd = await runEtcd(s);
   }
   console.log(`Serial puts, ${mode}: ${kvs.puts} measured (after ${s.warmup} warm-up), ${VALUE_BYTES}-byte values; µs`);
-  console.log(formatBreakdown(kvs, etcd));
+  console.log(formatBreakdown(kvs, etcd?.total));
+  console.log(`\nPer measured put, by process: CPU (every thread, µs) and wake-ups (the main thread's waits)`);
+  console.log(formatCosts(costs, etcd?.costs));
   const missing = Object.entries(kvs.missing).filter(([, n]) => n > 0);
   if (missing.length) console.log(`puts missing a stage: ${missing.map(([name, n]) => `${name} ${n}`).join(', ')}`);
   const disorder = Object.entries(kvs.outOfOrder).filter(([, n]) => n > 0);
@@ -181,9 +191,23 @@ async function main(): Promise<void> {
   if (early.length) console.log(`puts with a stage stamped before its cause: ${early.map((st) => `${st.name} ${st.beforePrev}`).join(', ')}`);
   if (kvs.firstAck) console.log(`first ACK from: ${Object.entries(kvs.firstAck).map(([who, n]) => `${who} ${n}×`).join(', ')}`);
   if (s.out) {
-    await writeFile(s.out, JSON.stringify({ mode: s.cluster ? 'cluster' : 'single', warmup: s.warmup, kvsFlags: s.kvsFlags, kvs, etcd }, null, 2) + '\n');
+    const report = { mode: s.cluster ? 'cluster' : 'single', warmup: s.warmup, kvsFlags: s.kvsFlags, kvs, etcd: etcd?.total, kvsProcesses: costs, etcdProcesses: etcd?.costs };
+    await writeFile(s.out, JSON.stringify(report, null, 2) + '\n');
     console.error(`wrote ${s.out}`);
   }
+}
+
+/** The per-process table: kvs's processes by name and their total, then etcd's total CPU. */
+function formatCosts(kvs: readonly ProcessCost[], etcd?: readonly ProcessCost[]): string {
+  const rows = [...kvs].sort((a, b) => a.name.localeCompare(b.name));
+  const total = rows.reduce((t, r) => ({ cpu: t.cpu + r.cpuMicrosPerOp, wakeups: t.wakeups + r.wakeupsPerOp }), { cpu: 0, wakeups: 0 });
+  const width = Math.max(24, ...rows.map((r) => r.name.length + 4));
+  const line = (name: string, cpu: number, wakeups?: number) =>
+    `${name.padEnd(width)}${cpu.toFixed(0).padStart(8)} µs${wakeups === undefined ? '' : `${wakeups.toFixed(2).padStart(9)} wake-ups`}`;
+  const out = rows.map((r) => line(`kvs ${r.name}`, r.cpuMicrosPerOp, r.wakeupsPerOp));
+  out.push(line('kvs total', total.cpu, total.wakeups));
+  if (etcd) out.push(line('etcd 3.4 total', etcd.reduce((t, r) => t + r.cpuMicrosPerOp, 0)));
+  return out.join('\n');
 }
 
 main().then(

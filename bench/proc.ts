@@ -72,6 +72,62 @@ export function processName(pid: number): string {
   return (read(`/proc/${pid}/comm`) ?? `pid ${pid}`).trim();
 }
 
+/** The value of a kvs process's --node-id (as given on its command line), if any. */
+export function nodeIdOf(pid: number): string | undefined {
+  const argv = (read(`/proc/${pid}/cmdline`) ?? '').split('\0');
+  const i = argv.indexOf('--node-id');
+  return i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--node-id='))?.slice('--node-id='.length);
+}
+
+/**
+ * Times the process's main thread gave up its CPU to wait (voluntary context switches: each
+ * an event-loop wake-up after it slept, or a wait in a blocking call such as fdatasync); 0
+ * when it is gone.
+ */
+export function wakeupsOf(pid: number): number {
+  const m = /^voluntary_ctxt_switches:\s+(\d+)/m.exec(read(`/proc/${pid}/status`) ?? '');
+  return m ? Number(m[1]) : 0;
+}
+
+/** One process's counters at a moment: see processCosts(). */
+export interface ProcessSample {
+  pid: number;
+  name: string;
+  cpuSeconds: number;
+  wakeups: number;
+}
+
+export function sampleProcesses(pids: readonly number[]): ProcessSample[] {
+  return pids.map((pid) => {
+    // A node named by default (a single node) names no node.
+    const node = nodeIdOf(pid);
+    const name = node && node !== 'default' ? `${node} ${processName(pid)}` : processName(pid);
+    return { pid, name, cpuSeconds: cpuSecondsOf(pid), wakeups: wakeupsOf(pid) };
+  });
+}
+
+/** A process's CPU (user + system, every thread) and its main thread's wake-ups, per operation. */
+export interface ProcessCost {
+  name: string;
+  cpuMicrosPerOp: number;
+  wakeupsPerOp: number;
+}
+
+/**
+ * What each process spent per operation between two samples (processes in both, by pid, in
+ * the order of `before`). CPU comes in clock ticks (10 ms): measure over seconds, not a few ops.
+ */
+export function processCosts(before: readonly ProcessSample[], after: readonly ProcessSample[], ops: number): ProcessCost[] {
+  const later = new Map(after.map((a) => [a.pid, a]));
+  const out: ProcessCost[] = [];
+  for (const b of before) {
+    const a = later.get(b.pid);
+    if (!a || ops <= 0) continue;
+    out.push({ name: b.name, cpuMicrosPerOp: ((a.cpuSeconds - b.cpuSeconds) * 1e6) / ops, wakeupsPerOp: (a.wakeups - b.wakeups) / ops });
+  }
+  return out;
+}
+
 /**
  * Sum of the proportional set sizes (Pss: each shared page divided among the processes that
  * map it, so LMDB's file pages mapped by two kvs processes count once), in bytes.
