@@ -52,6 +52,7 @@ export const checkpointsTotal = own('archiver', new client.Counter({ name: 'kvs_
 // ---- gateway: watches, auth
 export const watchActive = own('gateway', new client.Gauge({ name: 'kvs_watch_active', help: 'Active watch subscriptions', registers: [] }));
 export const watchActivePrefixes = own('gateway', new client.Gauge({ name: 'kvs_watch_active_prefixes', help: 'Distinct prefixes with active watches', registers: [] }));
+export const watchFeedQuiet = own('gateway', new client.Gauge({ name: 'kvs_watch_feed_quiet', help: '1 while the gateway has asked storage to hold its feed (no watcher, nothing waiting)', registers: [] }));
 export const watchScanDuration = own('gateway', new client.Histogram({ name: 'kvs_watch_scan_duration_seconds', help: 'Time scanning revision history for watch delivery (catch-up of unsynced watchers)', buckets: LATENCY, registers: [] }));
 export const watchScanRevisionSpan = own('gateway', new client.Histogram({ name: 'kvs_watch_scan_revision_span', help: 'Revisions spanned by one watch history scan', buckets: [1, 10, 100, 1000, 10_000, 100_000, 1_000_000], registers: [] }));
 export const watchScanEntriesTotal = own('gateway', new client.Counter({ name: 'kvs_watch_scan_entries_total', help: 'History entries read by watch scans (scanned) and delivered to a watcher (matched)', labelNames: ['result'] as const, registers: [] }));

@@ -78,6 +78,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     const c = hub.counts();
     M.watchActive.set(c.watchers);
     M.watchActivePrefixes.set(c.prefixes);
+    M.watchFeedQuiet.set(feed.quiet ? 1 : 0);
   });
   const streams = new OpenStreams();
   const stopping = new AbortController();

@@ -40,20 +40,28 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
     Lease(call: ServerCall<WriteBatch, any>) {
       serveBatches(call, (op, body, done) => engine.lessor.call(op, body, done));
     },
-    Feed(call: ServerCall<unknown, any>) {
+    Feed(call: ServerCall<{ quiet?: boolean }, any>) {
       streams.add(call);
       // The first message tells where the stream starts; a subscriber that fell behind is
       // skipped until its buffer drains, then told the current revision (it fills the gap
       // from LMDB history), so a slow gateway never holds memory or the write path here.
+      // A subscriber that asked for quiet gets no batches (a refusal's change still goes),
+      // and where the store is once it asks for messages again.
       const here = () => ({ revision: engine.revision, entries: [], index: engine.appliedIndex, refused: engine.feed.refused });
       let lagging = !call.write(here());
+      let quiet = false;
       const unsubscribe = engine.feed.subscribe((batch) => {
-        if (lagging || call.destroyed) return;
+        if (lagging || call.destroyed || (quiet && batch.entries.length)) return;
         lagging = !call.write(batch);
       });
       call.on('drain', () => {
         if (!lagging || call.destroyed) return;
         lagging = !call.write(here());
+      });
+      call.on('data', (req: { quiet?: boolean }) => {
+        const was = quiet;
+        quiet = req.quiet === true;
+        if (was && !quiet && !lagging && !call.destroyed) lagging = !call.write(here());
       });
       const done = () => {
         unsubscribe();

@@ -1,6 +1,13 @@
 // The gateway's subscription to storage's committed-entry feed (Storage.Feed), kept open
 // across storage restarts: a broken stream is reopened with a short backoff, and the first
 // message of the new stream tells the hub the store's revision, so a gap is filled from LMDB.
+//
+// While nothing here needs the messages (no watcher, nothing waiting for a revision or an
+// applied index) for QUIET_AFTER_MS, the link asks storage for quiet: a follower's gateway
+// then sleeps through the writes its node applies instead of waking for each batch (one of
+// a cluster put's process wake-ups, docs/benchmarks.md). The first watcher or wait asks for
+// messages again; storage answers with where the store is, and the hub fills what it missed
+// from LMDB history, as after a reconnect.
 import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { num } from '../../../shared/proto/index.js';
@@ -17,14 +24,25 @@ interface FeedMessage {
   refused?: string;
 }
 
-const FEED = STORAGE.Feed as MethodDefinition<object, FeedMessage>;
+const FEED = STORAGE.Feed as MethodDefinition<{ quiet?: boolean }, FeedMessage>;
+
+/**
+ * How long the link keeps the messages coming after the last watcher or wait is gone, so that
+ * reads that come now and then on a follower do not each wait for storage to answer a request
+ * for messages first.
+ */
+export const QUIET_AFTER_MS = 1000;
 
 export class FeedLink {
   /**
    * Our own HTTP/2 stream, as the write links (shared/grpc/h2-stream.ts): storage sends a
    * batch's feed message before its answers, so reading it is on every put's path.
    */
-  private call: H2Stream<object, FeedMessage> | undefined;
+  private call: H2Stream<{ quiet?: boolean }, FeedMessage> | undefined;
+  /** Storage was asked for quiet on the current stream. */
+  quiet = false;
+  /** When something last needed the messages (performance.now()). */
+  private neededAt = performance.now();
   private retryMs = 20;
   private closed = false;
   private connected = false;
@@ -43,7 +61,29 @@ export class FeedLink {
    * batch's feed message and its answers in one socket write, read in one wake-up here).
    */
   constructor(private readonly channel: UnixH2Channel, private readonly hub: Hub, private readonly log: Logger) {
+    hub.onInterest = () => this.needed();
     this.open();
+  }
+
+  /** Something needs the messages: ask for them again if quiet. */
+  private needed(): void {
+    this.neededAt = performance.now();
+    if (!this.quiet) return;
+    this.quiet = false;
+    this.call?.write({ quiet: false });
+  }
+
+  /** After a message: ask for quiet if nothing has needed the messages for a while. */
+  private maybeQuiet(): void {
+    if (this.quiet || !this.call) return;
+    const now = performance.now();
+    if (this.waiters.length || !this.hub.idle) {
+      this.neededAt = now;
+      return;
+    }
+    if (now - this.neededAt < QUIET_AFTER_MS) return;
+    this.quiet = true;
+    this.call.write({ quiet: true });
   }
 
   private open(): void {
@@ -51,9 +91,10 @@ export class FeedLink {
     // HTTP/2's default window, as grpc-js's: a gateway that falls behind is skipped by storage
     // (Storage.Feed) rather than buffering megabytes of entries it has not read.
     const call = this.channel.stream(FEED, DEFAULT_WINDOW);
+    // Open for requests for quiet (a new stream starts with messages).
     call.write({});
-    call.end();
     this.call = call;
+    this.quiet = false;
     call.on('data', (m: FeedMessage) => {
       if (!this.connected) {
         this.connected = true;
@@ -65,6 +106,7 @@ export class FeedLink {
       this.hub.onFeed(this.revision, m.entries ?? []);
       if (m.refused !== undefined && m.refused !== this.refused) this.onRefused(m.refused);
       if (this.waiters.length) this.wake();
+      this.maybeQuiet();
     });
     const broken = (err?: Error) => {
       if (this.call !== call) return;
@@ -87,7 +129,10 @@ export class FeedLink {
   applied(index: number, revision = 0): Promise<void> {
     if (this.index >= index && this.revision >= revision) return Promise.resolve();
     if (this.refused) return Promise.reject(this.refusal());
-    return new Promise((resolve, reject) => this.waiters.push({ index, revision, resolve, reject }));
+    return new Promise((resolve, reject) => {
+      this.waiters.push({ index, revision, resolve, reject });
+      this.needed();
+    });
   }
 
   /** The error for what would wait for storage while it applies nothing. */

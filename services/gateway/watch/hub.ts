@@ -81,6 +81,11 @@ export class Hub {
   private readonly unsynced = new Set<Watcher>();
   private syncScheduled = false;
   private waiters: { rev: number; fn: () => void }[] = [];
+  /**
+   * Called when the hub starts to need the feed (a watcher, or a wait for a revision): the
+   * feed link asks storage for messages again if it had asked for quiet (feed-link.ts).
+   */
+  onInterest: (() => void) | undefined;
 
   constructor(private readonly db: MvccDb, private readonly log: Logger) {
     db.env.resetReadTxn();
@@ -90,6 +95,11 @@ export class Hub {
   /** The revision every synced watcher has been given everything up to. */
   get revision(): number {
     return this.rev;
+  }
+
+  /** No watcher and no wait for a revision: nothing here needs the feed's messages. */
+  get idle(): boolean {
+    return this.synced.size === 0 && this.unsynced.size === 0 && this.waiters.length === 0;
   }
 
   /** The store's current revision (it may be ahead of the hub by what the feed is carrying). */
@@ -105,8 +115,13 @@ export class Hub {
   /** Watches `range` from revision `fromRev` (>= 1): changes at or after it are delivered. */
   watch(range: KeyRange, fromRev: number, sub: Subscriber): Watcher {
     const w = new Watcher(this, range, fromRev, sub);
-    if (fromRev > this.rev) this.addSynced(w);
+    // Synced only when it starts after what LMDB holds: the feed may still be carrying what
+    // LMDB has (a large batch's message comes in window-sized parts after its answer; a quiet
+    // feed carries nothing), and a watcher starting before that is served from history in
+    // one response, as etcd serves it, not revision by revision as the feed delivers it.
+    if (fromRev > this.storeRevision()) this.addSynced(w);
     else this.addUnsynced(w);
+    this.onInterest?.();
     return w;
   }
 
@@ -125,7 +140,10 @@ export class Hub {
   /** Runs `fn` once the hub has delivered everything up to `rev`. */
   afterRevision(rev: number, fn: () => void): void {
     if (this.rev >= rev) fn();
-    else this.waiters.push({ rev, fn });
+    else {
+      this.waiters.push({ rev, fn });
+      this.onInterest?.();
+    }
   }
 
   // ---- the feed -----------------------------------------------------------------------------
