@@ -127,6 +127,9 @@ export class FeedLink {
    * effect, so that a read after it on this node sees it).
    */
   applied(index: number, revision = 0): Promise<void> {
+    // Even one that need not wait: a node serving such reads keeps its feed, or each read
+    // after a quiet second would wait for storage's answer to a request for messages.
+    this.neededAt = performance.now();
     if (this.index >= index && this.revision >= revision) return Promise.resolve();
     if (this.refused) return Promise.reject(this.refusal());
     return new Promise((resolve, reject) => {
