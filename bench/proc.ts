@@ -63,9 +63,14 @@ export function cpuSeconds(pids: readonly number[]): number {
   return pids.reduce((sum, pid) => sum + cpuSecondsOf(pid), 0);
 }
 
+/** A process's command line (empty when it is gone). */
+function argvOf(pid: number): string[] {
+  return (read(`/proc/${pid}/cmdline`) ?? '').split('\0');
+}
+
 /** A short name for a process: a kvs component ('storage', 'gateway'), 'supervisor', or its comm. */
 export function processName(pid: number): string {
-  const argv = (read(`/proc/${pid}/cmdline`) ?? '').split('\0');
+  const argv = argvOf(pid);
   const i = argv.indexOf('component');
   if (i >= 0 && argv[i + 1]) return argv[i + 1]!;
   if (argv.some((a) => a.endsWith('kvs.js')) && argv.includes('run')) return 'supervisor';
@@ -74,7 +79,7 @@ export function processName(pid: number): string {
 
 /** The value of a kvs process's --node-id (as given on its command line), if any. */
 export function nodeIdOf(pid: number): string | undefined {
-  const argv = (read(`/proc/${pid}/cmdline`) ?? '').split('\0');
+  const argv = argvOf(pid);
   const i = argv.indexOf('--node-id');
   return i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--node-id='))?.slice('--node-id='.length);
 }

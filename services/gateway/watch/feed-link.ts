@@ -36,7 +36,7 @@ export const QUIET_AFTER_MS = 1000;
 export class FeedLink {
   /**
    * Our own HTTP/2 stream, as the write links (shared/grpc/h2-stream.ts): storage sends a
-   * batch's feed message before its answers, so reading it is on every put's path.
+   * batch's feed message before its answers, so unless quiet, reading it is on every put's path.
    */
   private call: H2Stream<{ quiet?: boolean }, FeedMessage> | undefined;
   /** Storage was asked for quiet on the current stream. */
