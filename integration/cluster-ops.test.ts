@@ -8,7 +8,7 @@ import { kvs, ok } from './objectstore-fixtures.js';
 import { leaderEpoch, startCluster, waitForLeader, type ClusterNode } from './cluster.js';
 import { status } from '@grpc/grpc-js';
 import { get, scrape, value } from './metrics-scrape.js';
-import { peerClient, peerCredentials } from '../services/peer/transport.js';
+import { PeerChannel, peerCredentials } from '../services/peer/transport.js';
 import { createLogger } from '../shared/log.js';
 
 async function withMetrics() {
@@ -122,21 +122,21 @@ test('a follower ahead of the leader (stream_gap) is told to catch up from the o
   const creds = peerCredentials({}, createLogger('test'));
   // A caller that did not find this leadership in the lock (another cluster's node on a reused
   // address, a stale view) is refused before anything else.
-  const stranger = peerClient(`127.0.0.1:${leader.peerPort}`, creds, 'another-epoch');
+  const stranger = new PeerChannel(`127.0.0.1:${leader.peerPort}`, creds, 'another-epoch');
   t.after(() => stranger.close());
   const refused = await new Promise<{ code?: number; details?: string }>((resolve) => {
-    const s = stranger.Follow();
+    const s = stranger.follow();
     s.on('error', resolve);
     s.on('data', () => {});
     s.write({ hello: { member: { nodeId: 'stranger', memberId: 8, peerUrl: '127.0.0.1:1', clientUrl: 'http://127.0.0.1:1' }, fromIndex: 1 } });
   });
   assert.equal(refused.code, status.FAILED_PRECONDITION, String(refused.details));
-  const forward = await new Promise<{ code?: number; details?: string }>((resolve) => stranger.GetRevision({}, (err: { code?: number; details?: string } | null) => resolve(err ?? {})));
+  const forward: { code?: number } = await stranger.getRevision(5000).then(() => ({}), (err: { code?: number }) => err);
   assert.equal(forward.code, status.UNAVAILABLE, 'GetRevision for another leadership is refused');
 
-  const client = peerClient(`127.0.0.1:${leader.peerPort}`, creds, await leaderEpoch(cluster));
+  const client = new PeerChannel(`127.0.0.1:${leader.peerPort}`, creds, await leaderEpoch(cluster));
   t.after(() => client.close());
-  const call = client.Follow();
+  const call = client.follow<unknown, { resync: string; term: unknown }>();
   const first = new Promise<{ resync: string; term: unknown }>((resolve, reject) => {
     call.on('data', resolve);
     call.on('error', reject);

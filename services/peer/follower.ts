@@ -10,7 +10,6 @@
 //    one still catching up, or one cut off for longer than FAST_TAKEOVER_WINDOW_MS) waits longer: the leader re-touches its lock only every
 //    --leader-watch-interval-sec while its known followers are connected, so such a node must
 //    see the lock unchanged for that interval plus the TTL.
-import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
@@ -19,7 +18,8 @@ import { requestCheckpointRestore } from '../../shared/component.js';
 import { newEpoch, nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
-import { peerClient, type PeerCredentials } from './transport.js';
+import { PeerChannel, type PeerCredentials } from './transport.js';
+import type { CallError } from '../../shared/grpc/h2-stream.js';
 import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
 
 export interface FollowerOptions {
@@ -93,7 +93,7 @@ export class Following {
 
   async run(): Promise<FollowEnd> {
     const { log, signal } = this.o;
-    const client = peerClient(this.o.held.record.peerUrl, this.o.creds, this.o.held.record.epoch ?? '');
+    const client = new PeerChannel(this.o.held.record.peerUrl, this.o.creds, this.o.held.record.epoch ?? '');
     let failures = 0;
     let served = false;
     let quick = 0;
@@ -143,7 +143,7 @@ export class Following {
   }
 
   /** One stream to the leader: until it breaks. */
-  private async followOnce(client: grpc.Client & Record<string, any>): Promise<'failed' | 'served' | 'resync' | 'leaving' | 'stopped'> {
+  private async followOnce(client: PeerChannel): Promise<'failed' | 'served' | 'resync' | 'leaving' | 'stopped'> {
     const { storage, board, log, held, signal } = this.o;
     const term = held.record.term;
     await storage.whenAttached(signal).catch(() => undefined);
@@ -152,7 +152,7 @@ export class Following {
     const p = await storage.setRole(Role.FOLLOWER, term);
     board.update({ role: Role.FOLLOWER, term, leader: this.leader, leaderEpoch: held.record.epoch ?? '', inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
     return new Promise((resolve) => {
-      const call = client.Follow() as grpc.ClientDuplexStream<unknown, LeaderMessage>;
+      const call = client.follow<unknown, LeaderMessage>();
       let served = false;
       let syncTarget = -1;
       let settled = false;
@@ -242,11 +242,11 @@ export class Following {
         if (frames) stages?.stamp(Stage.PEER_FOLLOWER_RECEIVE, n(m.last as number), microsFromPerformance(heard));
         if (!storage.entries(n(m.first as number), n(m.last as number), frames, commit)) finish('failed');
       });
-      call.on('error', (err: Error) => {
+      call.on('error', (err: CallError) => {
         if (served) log.warn({ err: err.message }, 'lost the leader');
         else {
           log.debug({ err: err.message, leader: held.record.peerUrl }, 'cannot reach the leader');
-          this.o.creds.callFailed(err as grpc.ServiceError, held.record); // a refusal by the leader: one line saying why
+          this.o.creds.callFailed(err, held.record); // a refusal by the leader: one line saying why
         }
         finish('failed');
       });

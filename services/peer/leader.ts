@@ -10,7 +10,7 @@
 //    lock touch is younger than the liveness TTL minus a margin (the disconnected one can take
 //    over only after it saw the lock unchanged that long).
 // A refused touch means deposed: everything in flight fails and the term ends.
-import type * as grpc from '@grpc/grpc-js';
+import type { ServerCall } from '../../shared/grpc/http2-server.js';
 import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
@@ -65,7 +65,7 @@ interface Chunk {
 
 interface FollowerConn {
   member: Member;
-  call: grpc.ServerDuplexStream<any, unknown>;
+  call: ServerCall<any, unknown>;
   durableThrough: number;
   lastAckAt: number;
   /**
@@ -339,7 +339,7 @@ export class Leadership {
   // ---- followers ---------------------------------------------------------------------------
 
   /** Peer.Follow: a follower's stream. */
-  serve(call: grpc.ServerDuplexStream<any, unknown>): void {
+  serve(call: ServerCall<any, unknown>): void {
     let conn: FollowerConn | undefined;
     call.on('data', (m: { hello?: { member: Member; fromIndex: unknown }; ack?: { durableThrough: unknown } }) => {
       if (this.done) return;
@@ -379,7 +379,7 @@ export class Leadership {
     call.on('cancelled', gone);
   }
 
-  private admit(call: grpc.ServerDuplexStream<any, unknown>, member: Member, from: number): FollowerConn | undefined {
+  private admit(call: ServerCall<any, unknown>, member: Member, from: number): FollowerConn | undefined {
     const { log } = this.o;
     const ringFirst = this.ring.length ? this.ring[0].first : this.lastIndex + 1;
     if (from > this.lastIndex + 1 || from < ringFirst) {

@@ -3,7 +3,6 @@
 // nodes, and serves its own node's storage, gateway and archiver on <data-dir>/run/peer.sock.
 import fs from 'node:fs';
 import path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
 import { status } from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
 import { clientUrl, socketPath } from '../../shared/config.js';
@@ -13,8 +12,8 @@ import { service } from '../../shared/proto/index.js';
 import { bindUnix, shutdown } from '../../shared/grpc/server.js';
 import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { serveBatchStream, type BatchHandler, type BatchResult } from '../../shared/grpc/batch-stream.js';
-import { BatchLink, grpcBatchCalls, storageLink } from '../../shared/grpc/batch-link.js';
-import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
+import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
+import { UnixH2Channel, type CallError } from '../../shared/grpc/h2-stream.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
@@ -31,7 +30,7 @@ import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
-import { PEER_SERVER_OPTIONS, callForEpoch, listenPeer, peerClient, peerCredentials, type PeerCredentials } from './transport.js';
+import { PeerChannel, callForEpoch, listenPeer, peerCredentials, type PeerCredentials } from './transport.js';
 
 /** How long a request that finds no leader waits for one before failing with etcd's no-leader error. */
 const ELECTION_WAIT_MS = 3000;
@@ -61,20 +60,21 @@ export async function runPeer(cfg: Config): Promise<void> {
   });
   await bindUnix(agent, socketPath(cfg.dataDir, 'peer'));
 
-  const peer = new grpc.Server(PEER_SERVER_OPTIONS);
+  // The peer port on the same server (the client port's): see transport.ts.
+  const peer = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   peer.addService(service('kvs.peer.Peer'), {
     // Each call names the leadership its caller found in the lock (its epoch): any other is
     // refused, as from a node that is not, or no longer, that leader (lock.ts: epoch).
-    Follow: (call: grpc.ServerDuplexStream<any, unknown>) => {
+    Follow: (call: ServerCall<any, unknown>) => {
       if (!node.leads(call)) {
         call.emit('error', { code: status.FAILED_PRECONDITION, details: `kvs: ${cfg.nodeId} is not the leader this node found in the lock` });
         return;
       }
       node.leadership!.serve(call);
     },
-    Forward: (call: grpc.ServerDuplexStream<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Write')) : call.emit('error', Errors.leaderChanged)),
-    ForwardLease: (call: grpc.ServerDuplexStream<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Lease')) : call.emit('error', Errors.leaderChanged)),
-    GetRevision: (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+    Forward: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Write')) : call.emit('error', Errors.leaderChanged)),
+    ForwardLease: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Lease')) : call.emit('error', Errors.leaderChanged)),
+    GetRevision: (call: ServerCall<unknown, unknown>, cb: UnaryCallback<unknown>) => {
       try {
         if (!node.leads(call)) throw Errors.noLeader;
         cb(null, node.leadership!.readIndex(true));
@@ -95,7 +95,7 @@ export async function runPeer(cfg: Config): Promise<void> {
       await elections;
       node.close();
       peerPort.close();
-      await shutdown(peer, 1000);
+      await peer.shutdown(1000);
       await shutdown(agent, 1000);
       store.close();
     },
@@ -113,7 +113,7 @@ class PeerNode {
   private following: Following | undefined;
   private contact: LeaderContact = { term: 0, at: -Infinity };
   private local: { Write: BatchLink; Lease: BatchLink; channel: UnixH2Channel } | undefined;
-  private remote: { leader: string; Write: BatchLink; Lease: BatchLink; client: grpc.Client & Record<string, any> } | undefined;
+  private remote: { leader: string; Write: BatchLink; Lease: BatchLink; channel: PeerChannel } | undefined;
   private readonly ttlMs: number;
   private readonly retryMs: number;
   private readonly termFile: string;
@@ -313,16 +313,16 @@ class PeerNode {
     if (this.remote?.leader !== key) {
       this.remote?.Write.close();
       this.remote?.Lease.close();
-      this.remote?.client.close();
-      const client = peerClient(leader.peerUrl, this.creds, epoch);
+      this.remote?.channel.close();
+      const channel = new PeerChannel(leader.peerUrl, this.creds, epoch);
       const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
-      this.remote = { leader: key, client, Write: new BatchLink(grpcBatchCalls(client, 'Forward'), this.log, opts), Lease: new BatchLink(grpcBatchCalls(client, 'ForwardLease'), this.log, opts) };
+      this.remote = { leader: key, channel, Write: new BatchLink(channel.batchCalls('Forward'), this.log, opts), Lease: new BatchLink(channel.batchCalls('ForwardLease'), this.log, opts) };
     }
     return this.remote;
   }
 
   /** This node leads, in the leadership the peer call was meant for. */
-  leads(call: { metadata: grpc.Metadata }): boolean {
+  leads(call: ServerCall<unknown, unknown>): boolean {
     return this.leadership !== undefined && callForEpoch(call, this.leadership.epoch);
   }
 
@@ -381,13 +381,13 @@ class PeerNode {
     if (this.leadership) return this.leadership.readIndex();
     const s = this.board.current;
     if (s.role !== Role.FOLLOWER || !s.leader) throw Errors.noLeader;
-    const client = this.remoteLinks(s.leader).client;
-    return new Promise((resolve, reject) => {
-      client.GetRevision({}, { deadline: Date.now() + 5000 }, (err: grpc.ServiceError | null, r: { index: unknown; revision: unknown; term: unknown }) => {
-        if (err) return reject(err.code === status.UNAVAILABLE || err.code === status.DEADLINE_EXCEEDED ? Errors.noLeader : new EtcdError(err.code, err.details));
-        resolve({ index: Number(r.index), revision: Number(r.revision), term: Number(r.term) });
-      });
-    });
+    const { channel } = this.remoteLinks(s.leader);
+    return channel.getRevision(5000).then(
+      (r) => ({ index: Number(r.index), revision: Number(r.revision), term: Number(r.term) }),
+      (err: CallError) => {
+        throw err.code === status.UNAVAILABLE || err.code === status.DEADLINE_EXCEEDED ? Errors.noLeader : new EtcdError(err.code, err.details);
+      },
+    );
   }
 
   close(): void {
@@ -396,7 +396,7 @@ class PeerNode {
     this.local?.channel.close();
     this.remote?.Write.close();
     this.remote?.Lease.close();
-    this.remote?.client.close();
+    this.remote?.channel.close();
   }
 }
 

@@ -1,64 +1,44 @@
-// The peer port's gRPC plumbing: the Peer service's client constructor, the credentials of
-// both directions, and the peer port's listener. Plaintext, or with --peer-tls-ca/-cert/-key
-// mutual TLS, TLS 1.3 only, both directions (docs/security.md, "Peer TLS").
+// The peer port's plumbing: its calls on our own HTTP/2 gRPC (the server of the client port,
+// shared/grpc/http2-server.ts, and the client side of the internal streams,
+// shared/grpc/h2-stream.ts), plaintext or with --peer-tls-ca/-cert/-key mutual TLS, TLS 1.3
+// only, both directions (docs/security.md, "Peer TLS"). Every cluster write crosses the peer
+// port twice on its way to the slowest follower and back; on @grpc/grpc-js the peer agents
+// spent a fifth to a third of their CPU in it (docs/benchmarks.md).
 //
-// grpc-js's own TLS (createSsl on either side) offers no TLS version setting and no way to
-// see a failed handshake, so kvs does the TLS itself on both sides and hands grpc-js the
-// result:
+// kvs does the TLS itself on both sides and hands the HTTP/2 layer the result:
 //  - the leader's side: the peer port is a net.Server of ours. Each connection's first byte
 //    says whether the peer speaks TLS (a handshake record starts with 0x16); a connection that
 //    matches this node's setup goes to a node TLS server (TLS 1.3 only, client certificate
-//    requested and checked by us) and, once authenticated, into the grpc-js server through its
-//    connection injector. A peer this node refuses (no TLS on a TLS port, TLS on a plaintext
-//    port, a certificate that does not verify) is logged once per condition, and where it can
-//    still be answered it is: a gRPC UNAUTHENTICATED status saying why, so the dialing node
-//    can log it too (it never reaches a Peer service).
-//  - the follower's side: a ChannelCredentials whose connector makes each connection with the
-//    secure context of the files as they are now (TLS 1.3 only, this node's certificate), and
-//    names a failed handshake in one line per condition.
+//    requested and checked by us) and, once authenticated, into the gRPC server. A peer this
+//    node refuses (no TLS on a TLS port, TLS on a plaintext port, a certificate that does not
+//    verify) is logged once per condition, and where it can still be answered it is: a gRPC
+//    UNAUTHENTICATED status saying why, so the dialing node can log it too (it never reaches a
+//    Peer service).
+//  - the follower's side: each connection is made with the secure context of the files as they
+//    are now (TLS 1.3 only, this node's certificate), and a failed handshake is named in one
+//    line per condition.
 // Certificate files are re-read when they change, before each handshake on either side.
 import net from 'node:net';
 import tls from 'node:tls';
 import http2 from 'node:http2';
-import * as grpc from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
 import { splitHostPort } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
 import { PeerTlsSource, peerTlsFiles } from '../../shared/grpc/peer-tls.js';
-import { guardEarlyResetStreams } from './grpc-server-guards.js';
+import { H2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
+import type { GrpcServer } from '../../shared/grpc/http2-server.js';
+import type { BatchCalls } from '../../shared/grpc/batch-link.js';
 
-export const PeerClient = grpc.makeGenericClientConstructor(service('kvs.peer.Peer'), 'Peer');
-export const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
-
-/** Peer channels: batches and WAL chunks are large; a dead leader is noticed by heartbeats. */
-export const PEER_CHANNEL_OPTIONS: grpc.ChannelOptions = {
-  'grpc.max_receive_message_length': -1,
-  'grpc.max_send_message_length': -1,
-  'grpc.initial_reconnect_backoff_ms': 100,
-  'grpc.max_reconnect_backoff_ms': 1000,
-  'grpc.keepalive_time_ms': 10_000,
-  'grpc.keepalive_timeout_ms': 5_000,
-};
+/** kvs.peer.Peer's methods, for the calls of a follower (and of tests). */
+export const PEER = service('kvs.peer.Peer');
 
 /**
- * The Peer server's options. Its keepalive is what closes a broken connection: after some
- * protocol errors (DATA on a closed stream, a CONTINUATION out of place, a length that lies)
- * node's http2 sends GOAWAY with the error code and then stops reading the socket without
- * closing it or telling JS (no 'error', no 'close'), and a connection that never finishes its
- * preface is not closed either. Such a session cannot answer a PING: grpc-js pings every
- * session every 2 s and destroys one whose ACK has not come 3 s later (found by the port
- * fuzzer, docs/reliability.md). Real peers answer PINGs from their http2 layer, busy or not;
- * the timeout matches the leader's own ACK timeout (leader.ts), so a follower stalled long
- * enough to lose its session was already being dropped for its missing ACKs. (grpc-js's server
- * has no ping policy to relax: 'grpc.keepalive_permit_without_calls' is a channel option.)
+ * A follower's connection to its leader: a dead leader (or a partition) is noticed by the
+ * follower's own silence check on Follow (follower.ts) and, for the other calls, by this PING.
  */
-export const PEER_SERVER_OPTIONS: grpc.ServerOptions = {
-  'grpc.max_receive_message_length': -1,
-  'grpc.max_send_message_length': -1,
-  'grpc.keepalive_time_ms': 2_000,
-  'grpc.keepalive_timeout_ms': 3_000,
-};
+const KEEPALIVE = { idleMs: 10_000, timeoutMs: 5_000 };
 
 /** Every refusal the peer port answers starts so (a follower recognises them by it). */
 const REFUSED = 'kvs: peer connection refused by ';
@@ -96,7 +76,6 @@ export class ConditionLog {
 }
 
 export interface PeerCredentials {
-  client: grpc.ChannelCredentials;
   tls: boolean;
   /** This node's peer TLS files (with TLS). */
   source?: PeerTlsSource;
@@ -116,12 +95,11 @@ export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 
   const conditions = new ConditionLog(log);
   const source = files ? new PeerTlsSource(files, log) : undefined;
   return {
-    client: source ? new PeerChannelCredentials(source, conditions) : grpc.credentials.createInsecure(),
     tls: source !== undefined,
     source,
     conditions,
     callFailed(err, leader) {
-      if (err.code !== grpc.status.UNAUTHENTICATED || !err.details?.startsWith(REFUSED)) return;
+      if (err.code !== status.UNAUTHENTICATED || !err.details?.startsWith(REFUSED)) return;
       conditions.report('error', `dial ${leader.peerUrl} ${err.details}`, { leader: leader.nodeId, at: leader.peerUrl }, `cannot join the cluster: the leader refused this node: ${err.details.slice('kvs: '.length)}`);
     },
     served(leader) {
@@ -133,81 +111,79 @@ export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 
 /** Metadata of every peer call: the epoch of the leadership the caller found in the lock. */
 export const EPOCH_HEADER = 'kvs-leader-epoch';
 
-/** A client of the leader at `addr`, which the caller found in the lock with `epoch`. */
-export function peerClient(addr: string, creds: PeerCredentials, epoch: string): grpc.Client & Record<string, any> {
-  const withEpoch: grpc.Interceptor = (options, nextCall) =>
-    new grpc.InterceptingCall(nextCall(options), {
-      start(metadata, listener, next) {
-        metadata.set(EPOCH_HEADER, epoch);
-        next(metadata, listener);
-      },
-    });
-  return new PeerClient(addr, creds.client, { ...PEER_CHANNEL_OPTIONS, interceptors: [withEpoch] }) as any;
-}
-
 /** Whether a peer call was meant for the leadership of `epoch` (lock.ts). */
-export function callForEpoch(call: { metadata: grpc.Metadata }, epoch: string): boolean {
+export function callForEpoch(call: { metadata: { get(key: string): unknown[] } }, epoch: string): boolean {
   return (call.metadata.get(EPOCH_HEADER)[0] ?? '') === epoch;
 }
 
 // ---- the dialing side ----------------------------------------------------------------------
 
-type ConnectorArgs = Parameters<grpc.ChannelCredentials['_createSecureConnector']>;
+/**
+ * A follower's calls to the leader at `addr`, which it found in the lock with `epoch`: one
+ * connection, made when a call needs it and again after it broke. Calls that fail carry
+ * gRPC's status (`code`, `details`), as grpc-js's do.
+ */
+export class PeerChannel {
+  private readonly channel: H2Channel;
+
+  constructor(addr: string, creds: PeerCredentials, epoch: string) {
+    const hp = splitHostPort(addr);
+    if (!hp) throw new Error(`peer address ${addr}: expected host:port`);
+    const [host, port] = [hp[0], Number(hp[1])];
+    const source = creds.source;
+    const dial = source ? () => dialTls(addr, host, port, source, creds.conditions) : () => net.connect({ host, port });
+    this.channel = new H2Channel(dial, {
+      headers: { ':scheme': source ? 'https' : 'http', ':authority': addr, [EPOCH_HEADER]: epoch },
+      keepalive: KEEPALIVE,
+    });
+  }
+
+  /** Peer.Follow: the leader's stream of entries and this follower's ACKs. */
+  follow<Req, Res>(): H2Stream<Req, Res> {
+    return this.channel.stream(PEER.Follow as any);
+  }
+
+  /** Peer.Forward / Peer.ForwardLease, for a batch link. */
+  batchCalls(method: 'Forward' | 'ForwardLease'): BatchCalls {
+    return { open: () => this.channel.stream(PEER[method] as any), close: () => {} };
+  }
+
+  /** Peer.GetRevision: the leader's committed position, for a linearizable read here. */
+  getRevision(timeoutMs: number): Promise<{ index: unknown; revision: unknown; term: unknown }> {
+    return this.channel.unary(PEER.GetRevision as any, {}, timeoutMs) as Promise<{ index: unknown; revision: unknown; term: unknown }>;
+  }
+
+  close(): void {
+    this.channel.close();
+  }
+}
 
 /**
- * Mutual TLS 1.3 to the leader with the files as they are at each connection. The leader's
- * certificate must be signed by --peer-tls-ca and name the host dialed (its --advertise-peer),
- * as any TLS server's.
+ * Mutual TLS 1.3 to the leader with the files as they are now. The leader's certificate must
+ * be signed by --peer-tls-ca and name the host dialed (its --advertise-peer), as any TLS
+ * server's. A handshake that fails is logged once per condition; a connection that fails
+ * before it (nothing listening) is the caller's to retry.
  */
-class PeerChannelCredentials extends grpc.ChannelCredentials {
-  constructor(
-    private readonly source: PeerTlsSource,
-    private readonly conditions: ConditionLog,
-  ) {
-    super();
-  }
-
-  _isSecure(): boolean {
-    return true;
-  }
-
-  _equals(other: grpc.ChannelCredentials): boolean {
-    return other === this;
-  }
-
-  _createSecureConnector(target: ConnectorArgs[0], _options: ConnectorArgs[1], callCredentials?: ConnectorArgs[2]) {
-    const addr = target.path;
-    const host = splitHostPort(addr)?.[0] ?? addr;
-    return {
-      connect: (socket: net.Socket) =>
-        new Promise<{ socket: net.Socket; secure: boolean }>((resolve, reject) => {
-          const { context } = this.source.current();
-          let done = false;
-          const s = tls.connect({
-            socket,
-            secureContext: context,
-            ALPNProtocols: ['h2'],
-            host,
-            // No SNI for an IP address (RFC 6066; node warns); the identity check uses `host`.
-            ...(net.isIP(host) ? {} : { servername: host }),
-          });
-          s.once('secureConnect', () => {
-            done = true;
-            resolve({ socket: s, secure: true });
-          });
-          s.on('error', (err: Error & { code?: string; reason?: string }) => {
-            if (done) return; // grpc-js's own listeners handle the connection from here
-            done = true;
-            const why = handshakeFailure(err);
-            this.conditions.report('error', `dial ${addr} ${why}`, { at: addr, code: err.code, err: err.reason ?? err.message }, `cannot connect to the leader at ${addr}: ${why}`);
-            reject(err);
-          });
-        }),
-      waitForReady: () => Promise.resolve(),
-      getCallCredentials: () => callCredentials ?? grpc.CallCredentials.createEmpty(),
-      destroy: () => {},
-    };
-  }
+function dialTls(addr: string, host: string, port: number, source: PeerTlsSource, conditions: ConditionLog): net.Socket {
+  const { context } = source.current();
+  const socket = tls.connect({
+    host,
+    port,
+    secureContext: context,
+    ALPNProtocols: ['h2'],
+    // No SNI for an IP address (RFC 6066; node warns); the identity check uses `host`.
+    ...(net.isIP(host) ? {} : { servername: host }),
+  });
+  let connected = false;
+  let secured = false;
+  socket.once('connect', () => (connected = true));
+  socket.once('secureConnect', () => (secured = true));
+  socket.on('error', (err: Error & { code?: string; reason?: string }) => {
+    if (secured || !connected) return; // the session hears it too, and fails its calls
+    const why = handshakeFailure(err);
+    conditions.report('error', `dial ${addr} ${why}`, { at: addr, code: err.code, err: err.reason ?? err.message }, `cannot connect to the leader at ${addr}: ${why}`);
+  });
+  return socket;
 }
 
 const NOT_OUR_CA = new Set([
@@ -250,11 +226,9 @@ export interface PeerListener {
  * mutual TLS 1.3 with `creds.source`. Connections are let in only as this node's setup says;
  * the others are refused with one log line per peer host and condition.
  */
-export async function listenPeer(server: grpc.Server, addr: string, creds: PeerCredentials, nodeId: string, log: Logger): Promise<PeerListener> {
+export async function listenPeer(server: GrpcServer, addr: string, creds: PeerCredentials, nodeId: string, log: Logger): Promise<PeerListener> {
   const hp = splitHostPort(addr);
   if (!hp) throw new Error(`--peer-listen ${addr}: expected host:port`);
-  guardEarlyResetStreams(server);
-  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const source = creds.source;
   const hostOf = new WeakMap<net.Socket, string>();
   const refused = (host: string, why: string, obj: Record<string, unknown> = {}) =>
@@ -291,7 +265,7 @@ export async function listenPeer(server: grpc.Server, addr: string, creds: PeerC
         refused(host, 'it did not negotiate HTTP/2 (ALPN h2)');
         return socket.destroy();
       }
-      injector.injectConnection(socket);
+      server.inject(socket);
     });
     tlsServer.on('tlsClientError', (err: Error & { code?: string; reason?: string }, socket: tls.TLSSocket & { _parent?: net.Socket }) => {
       const host = hostOf.get(socket._parent ?? socket) ?? String(socket.remoteAddress);
@@ -345,7 +319,8 @@ export async function listenPeer(server: grpc.Server, addr: string, creds: PeerC
         setTimeout(() => socket.destroy(), 1000).unref();
         return;
       }
-      injector.injectConnection(socket);
+      server.inject(socket);
+      socket.resume(); // paused above, with its first bytes put back
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -386,7 +361,7 @@ function refuse(socket: net.Socket, details: string): void {
   h2.on('stream', (stream) => {
     stream.on('error', () => {});
     stream.respond(
-      { ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(grpc.status.UNAUTHENTICATED), 'grpc-message': grpcMessage(details) },
+      { ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(status.UNAUTHENTICATED), 'grpc-message': grpcMessage(details) },
       { endStream: true },
     );
     stream.session?.close();

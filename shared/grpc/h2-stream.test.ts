@@ -6,12 +6,12 @@ import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { pino } from 'pino';
-import type { MethodDefinition } from '@grpc/grpc-js';
+import { status, type MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
 import { GrpcServer, type ServerCall } from './http2-server.js';
 import { serveBatchStream } from './batch-stream.js';
 import { STORAGE, storageLink } from './batch-link.js';
-import { DEFAULT_WINDOW, UnixH2Channel, type H2Stream } from './h2-stream.js';
+import { CallError, DEFAULT_WINDOW, H2Channel, UnixH2Channel, type H2Stream } from './h2-stream.js';
 import { MessageReader, frame } from './framing.js';
 import { bindUnix } from './server.js';
 import { EtcdError } from '../errors.js';
@@ -208,4 +208,57 @@ test('a write link and the feed on one connection: a feed message and the answer
   }
   assert.deepEqual(revisions, [1, 2, 3], 'the feed message came before the answer');
   assert.equal(serverWrites, 1, 'the feed message and the answer in one socket write');
+});
+
+test('H2Channel: every call carries the channel\'s headers; a unary call is answered, and one left unanswered fails with DEADLINE_EXCEEDED', async (t) => {
+  const socket = socketPath(t);
+  const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
+  const seen: unknown[] = [];
+  server.addService(service('kvs.peer.Peer'), {
+    GetRevision(call: ServerCall<unknown, unknown>, cb: (err: null, r: unknown) => void) {
+      seen.push(call.metadata.get('kvs-leader-epoch')[0]);
+      if (seen.length === 1) cb(null, { index: 7, revision: 5, term: 2 }); // the second: never answered
+    },
+  });
+  await bindUnix(server, socket);
+  const channel = new H2Channel(() => net.connect(socket), { headers: { 'kvs-leader-epoch': 'e1' } });
+  t.after(async () => {
+    channel.close();
+    await server.shutdown(100);
+  });
+  const method = service('kvs.peer.Peer').GetRevision as MethodDefinition<object, { index: unknown; revision: unknown; term: unknown }>;
+  const r = await channel.unary(method, {}, 2000);
+  assert.deepEqual([Number(r.index), Number(r.revision), Number(r.term)], [7, 5, 2]);
+  const started = performance.now();
+  const err = await channel.unary(method, {}, 300).then(() => undefined, (e: CallError) => e);
+  assert.ok(err instanceof CallError, 'the unanswered call failed');
+  assert.equal(err.code, status.DEADLINE_EXCEEDED);
+  assert.ok(performance.now() - started >= 290, 'not before its deadline');
+  assert.deepEqual(seen, ['e1', 'e1']);
+});
+
+test('H2Channel keepalive: a connection whose far end stops answering is closed, and its calls fail with UNAVAILABLE', async (t) => {
+  // A far end that accepts and then says nothing (a host gone, a partition): TCP keeps the
+  // connection open, so only the PING tells.
+  const sockets: net.Socket[] = [];
+  const silentServer = net.createServer((s) => sockets.push(s));
+  await new Promise<void>((resolve) => silentServer.listen(0, '127.0.0.1', resolve));
+  const port = (silentServer.address() as net.AddressInfo).port;
+  const dial = () => net.connect({ host: '127.0.0.1', port });
+  const probed = new H2Channel(dial, { keepalive: { idleMs: 200, timeoutMs: 200 } });
+  const unprobed = new H2Channel(dial);
+  t.after(() => {
+    probed.close();
+    unprobed.close();
+    for (const s of sockets) s.destroy();
+    silentServer.close();
+  });
+  const method = service('kvs.peer.Peer').Follow as MethodDefinition<object, object>;
+  const call = probed.stream(method);
+  const other = unprobed.stream(method);
+  let otherFailed = false;
+  other.on('error', () => (otherFailed = true));
+  const [err] = (await once(call, 'error', { signal: AbortSignal.timeout(10_000) })) as [CallError];
+  assert.equal(err.code, status.UNAVAILABLE);
+  assert.equal(otherFailed, false, 'a channel without keepalive still waits: the PING closed it');
 });

@@ -284,10 +284,10 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
  * PINGs in their HTTP/2 layer, so a live idle client costs one PING round every IDLE_PROBE_MS;
  * a busy one (a long GC pause) has the whole timeout to answer.
  */
-const IDLE_PROBE_MS = 4000;
-const PROBE_TIMEOUT_MS = 4000;
+export const IDLE_PROBE_MS = 4000;
+export const PROBE_TIMEOUT_MS = 4000;
 /** How often the idle probe looks at the sessions. */
-const PROBE_TICK_MS = 1000;
+export const PROBE_TICK_MS = 1000;
 
 export class GrpcServer implements SessionHandler {
   private readonly routes = new Map<string, Route>();
@@ -296,8 +296,6 @@ export class GrpcServer implements SessionHandler {
   private readonly sessions = new Set<ServerSession>();
   private readonly handshakeLog: RateLimitedLog | undefined;
   private probeTimer: NodeJS.Timeout | undefined;
-  /** Per session: its read count when last looked at, and since when it has been quiet. */
-  private readonly quiet = new WeakMap<ServerSession, { reads: number; since: number }>();
 
   constructor(private readonly opts: ServerOptions) {
     if (opts.log) this.handshakeLog = new RateLimitedLog(opts.log);
@@ -382,6 +380,15 @@ export class GrpcServer implements SessionHandler {
     return server;
   }
 
+  /**
+   * Serves a connection accepted elsewhere: the peer port's listener (services/peer/transport.ts)
+   * lets a peer in only once it has checked its TLS. Its sessions are probed as a TCP port's.
+   */
+  inject(socket: net.Socket): void {
+    this.probeTimer ??= setInterval(() => this.probeIdle(), PROBE_TICK_MS).unref();
+    this.accept(socket);
+  }
+
   /** A connection (plaintext, or TLS after its handshake) becomes an HTTP/2 session. */
   private accept(socket: net.Socket): void {
     const alpn = (socket as tls.TLSSocket).alpnProtocol;
@@ -401,18 +408,7 @@ export class GrpcServer implements SessionHandler {
 
   private probeIdle(): void {
     const now = Date.now();
-    for (const s of this.sessions) {
-      const q = this.quiet.get(s);
-      if (!q || q.reads !== s.reads) {
-        this.quiet.set(s, { reads: s.reads, since: now });
-        s.probeSentAt = 0;
-      } else if (s.probeSentAt === 0 && now - q.since >= IDLE_PROBE_MS) {
-        s.probeSentAt = now;
-        s.ping();
-      } else if (s.probeSentAt !== 0 && now - s.probeSentAt >= PROBE_TIMEOUT_MS) {
-        s.destroy();
-      }
-    }
+    for (const s of this.sessions) s.probe(now, IDLE_PROBE_MS, PROBE_TIMEOUT_MS);
   }
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */

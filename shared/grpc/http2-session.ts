@@ -317,10 +317,13 @@ export class Http2Session {
   sendWindow = DEFAULT_WINDOW;
   /** Streams with data held back for want of connection window. */
   readonly blocked = new Set<SessionStream>();
-  /** Reads so far (the server's idle probe watches it). */
-  reads = 0;
+  /** Reads so far (the idle probe watches it). */
+  private reads = 0;
+  /** The read count the idle probe last saw, and since when it has not changed. */
+  private probeReads = -1;
+  private quietSince = 0;
   /** Set while a PING of the idle probe is unanswered. */
-  probeSentAt = 0;
+  private probeSentAt = 0;
   /** Cached Common Name of a client certificate (null: none). */
   commonName: string | null | undefined;
 
@@ -376,9 +379,24 @@ export class Http2Session {
     return this.dead;
   }
 
-  /** Sends a PING (the idle probe); its ACK counts as a read. */
-  ping(): void {
-    this.frame(T_PING, 0, 0, Buffer.alloc(8));
+  /**
+   * The idle probe, called now and then by the session's owner: a connection with no reads for
+   * `idleMs` is sent a PING, and one that has not answered `timeoutMs` later is destroyed (a
+   * peer that vanished without closing: a host gone, a half-open connection, an HTTP/2 layer
+   * that stopped reading). Every HTTP/2 implementation answers PINGs below its application, so
+   * a live idle peer costs one PING round per `idleMs`, and a busy one the whole timeout.
+   */
+  probe(now: number, idleMs: number, timeoutMs: number): void {
+    if (this.reads !== this.probeReads) {
+      this.probeReads = this.reads;
+      this.quietSince = now;
+      this.probeSentAt = 0;
+    } else if (this.probeSentAt === 0 && now - this.quietSince >= idleMs) {
+      this.probeSentAt = now;
+      this.frame(T_PING, 0, 0, Buffer.alloc(8));
+    } else if (this.probeSentAt !== 0 && now - this.probeSentAt >= timeoutMs) {
+      this.destroy();
+    }
   }
 
   /**
@@ -728,7 +746,8 @@ export class ServerSession extends Http2Session {
 export class ClientSession extends Http2Session {
   private readonly requestBlocks = new Map<string, Buffer>();
 
-  constructor(socket: net.Socket, connectionWindow: number) {
+  /** `headers`: sent with every request besides gRPC's own (the peer port's leadership epoch). */
+  constructor(socket: net.Socket, connectionWindow: number, private readonly headers: Record<string, string> = {}) {
     super(socket, false, { stream: DEFAULT_WINDOW, connection: Math.max(connectionWindow, DEFAULT_WINDOW) }, undefined);
     const greeting = [PREFACE, windowSettings(DEFAULT_WINDOW)];
     if (connectionWindow > DEFAULT_WINDOW) greeting.push(windowUpdate(0, connectionWindow - DEFAULT_WINDOW));
@@ -743,7 +762,7 @@ export class ClientSession extends Http2Session {
   request(path: string, window = DEFAULT_WINDOW): SessionStream {
     let block = this.requestBlocks.get(path);
     if (!block) {
-      block = encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': path, ':authority': 'localhost', 'content-type': 'application/grpc', te: 'trailers' });
+      block = encodeHeaders({ ':method': 'POST', ':scheme': 'http', ':path': path, ':authority': 'localhost', 'content-type': 'application/grpc', te: 'trailers', ...this.headers });
       this.requestBlocks.set(path, block);
     }
     const id = this.lastStreamId === 0 ? 1 : this.lastStreamId + 2;
