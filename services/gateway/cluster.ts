@@ -3,10 +3,10 @@
 // and to the peer agent for forwarding while it follows, and makes a follower's reads
 // linearizable: the leader's committed index first (Agent.ReadIndex, one call shared by every
 // read waiting for it), then until storage has applied it.
-import * as grpc from '@grpc/grpc-js';
+import { status, type MethodDefinition } from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { UnixH2Channel, type CallError, type H2Stream } from '../../shared/grpc/h2-stream.js';
 import { Role } from '../../shared/cluster.js';
 import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
@@ -16,8 +16,6 @@ import type { Logger } from '../../shared/log.js';
 import type { FeedLink } from './watch/feed-link.js';
 
 const AGENT = service('kvs.peer.Agent');
-const AgentClient = grpc.makeGenericClientConstructor(AGENT, 'Agent');
-
 
 export interface MemberView {
   nodeId: string;
@@ -45,15 +43,19 @@ export class ClusterView {
   members: MemberView[] = [];
   /** Leader with a member disconnected: its own linearizable reads check the lock first. */
   degraded = false;
-  private readonly client: grpc.Client & Record<string, any>;
-  private call: grpc.ClientReadableStream<StateMessage> | undefined;
+  /**
+   * One connection to the peer agent for its State stream, ReadIndex and the Forward links, on
+   * our own HTTP/2 (h2-stream.ts): every linearizable read on a follower crosses it twice.
+   */
+  private readonly channel: UnixH2Channel;
+  private call: H2Stream<object, StateMessage> | undefined;
   private closed = false;
   /** The ReadIndex call in flight, and the one that the reads arriving meanwhile share. */
   private current: Promise<number> | undefined;
   private pending: Promise<number> | undefined;
 
-  constructor(private readonly socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
-    this.client = new AgentClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
+  constructor(socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
+    this.channel = new UnixH2Channel(socket);
     this.open();
   }
 
@@ -63,8 +65,10 @@ export class ClusterView {
 
   private open(): void {
     if (this.closed) return;
-    const call = this.client.State({}) as grpc.ClientReadableStream<StateMessage>;
+    const call = this.channel.stream(AGENT.State as MethodDefinition<object, StateMessage>);
     this.call = call;
+    call.write({});
+    call.end();
     call.on('data', (s: StateMessage) => {
       if (s.role !== this.role) this.log.info({ role: ['none', 'leader', 'follower'][s.role], term: num(s.term as number), leader: s.leader?.nodeId }, 'cluster role');
       this.role = s.role;
@@ -112,12 +116,12 @@ export class ClusterView {
   }
 
   private ask(): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.client.ReadIndex({}, { deadline: Date.now() + 5000 }, (err: grpc.ServiceError | null, r: { index: unknown }) => {
-        if (err) return reject(err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED ? Errors.noLeader : new EtcdError(err.code, err.details));
-        resolve(num(r.index as number));
-      });
-    });
+    return this.channel.unary(AGENT.ReadIndex as MethodDefinition<object, { index: unknown }>, {}, 5000).then(
+      (r) => num(r.index as number),
+      (err: CallError) => {
+        throw err.code === status.UNAVAILABLE || err.code === status.DEADLINE_EXCEEDED ? Errors.noLeader : new EtcdError(err.code, err.details);
+      },
+    );
   }
 
   /**
@@ -125,12 +129,13 @@ export class ClusterView {
    * HTTP/2 streams as the hop to storage: a forwarded write crosses this socket twice.
    */
   forwardLink(method: 'Forward' | 'ForwardLease', log: Logger): BatchLink {
-    return unixBatchLink(this.socket, AGENT[method], log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
+    return unixBatchLink(this.channel, AGENT[method]!, log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
   }
 
   close(): void {
     this.closed = true;
     this.call?.cancel();
+    this.channel.close();
   }
 }
 
