@@ -7,7 +7,6 @@
 // UNAVAILABLE: their outcome is unknown, as for any etcd client whose server went away.
 // Writes not yet sent wait for the reconnection, up to `waitMs`, then fail with `unavailable`
 // without having been sent.
-import * as grpc from '@grpc/grpc-js';
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
 import { UnixH2Channel } from './h2-stream.js';
@@ -55,16 +54,10 @@ interface BatchCall {
   end(): void;
 }
 
-/** Opens the link's calls: a grpc-js client's bidi method, or our own stream to storage. */
+/** Opens the link's calls: our own streams (h2-stream.ts), to storage, the peer agent or the leader. */
 export interface BatchCalls {
   open(): BatchCall;
   close(): void;
-}
-
-/** `method`: the client's bidi method carrying WriteBatch / WriteResultBatch. */
-export function grpcBatchCalls(client: grpc.Client, method: string): BatchCalls {
-  const c = client as grpc.Client & Record<string, () => BatchCall>;
-  return { open: () => c[method](), close: () => client.close() };
 }
 
 export class BatchLink implements WriteLink {
