@@ -3,7 +3,7 @@
 // shared/grpc/h2-stream.ts), plaintext or with --peer-tls-ca/-cert/-key mutual TLS, TLS 1.3
 // only, both directions (docs/security.md, "Peer TLS"). Every cluster write crosses the peer
 // port twice on its way to the slowest follower and back; on @grpc/grpc-js the peer agents
-// spent a fifth to a third of their CPU in it (docs/benchmarks.md).
+// spent 17–30 % of their busy time in it (docs/benchmarks.md).
 //
 // kvs does the TLS itself on both sides and hands the HTTP/2 layer the result:
 //  - the leader's side: the peer port is a net.Server of ours. Each connection's first byte
