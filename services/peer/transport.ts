@@ -319,8 +319,7 @@ export async function listenPeer(server: GrpcServer, addr: string, creds: PeerCr
         setTimeout(() => socket.destroy(), 1000).unref();
         return;
       }
-      server.inject(socket);
-      socket.resume(); // paused above, with its first bytes put back
+      server.inject(socket); // paused above with its first bytes put back: inject reads them
     });
   });
   await new Promise<void>((resolve, reject) => {

@@ -383,10 +383,12 @@ export class GrpcServer implements SessionHandler {
   /**
    * Serves a connection accepted elsewhere: the peer port's listener (services/peer/transport.ts)
    * lets a peer in only once it has checked its TLS. Its sessions are probed as a TCP port's.
+   * A socket its caller paused (to peek at its first bytes and put them back) is read from here.
    */
   inject(socket: net.Socket): void {
     this.probeTimer ??= setInterval(() => this.probeIdle(), PROBE_TICK_MS).unref();
     this.accept(socket);
+    socket.resume();
   }
 
   /** A connection (plaintext, or TLS after its handshake) becomes an HTTP/2 session. */
