@@ -33,9 +33,15 @@ export class CompactionSteps {
     this.kick();
   }
 
-  /** Schedules the next step if a removal is pending. */
-  kick(): void {
-    if (this.scheduled || this.stopped || !compactionPending(this.db)) return;
+  /**
+   * Schedules the next step if a removal is pending. After each batch the engine passes
+   * `pending` as read inside the batch's write transaction: a read outside one renews lmdb-js's
+   * shared read snapshot, which lmdb-js releases with a setTimeout(0), so a storage process that
+   * then sleeps (a leader waiting for its followers, a follower for the next batch) is woken
+   * once more per batch for nothing (docs/benchmarks.md, "lmdb-js's read-snapshot timer").
+   */
+  kick(pending?: boolean): void {
+    if (this.scheduled || this.stopped || !(pending ?? compactionPending(this.db))) return;
     if (!this.started) {
       this.started = performance.now();
       this.steps = 0;

@@ -31,6 +31,7 @@ import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
 import { CompactionSteps, REMOVAL_STOPPED } from './compaction-steps.js';
+import { compactionPending } from './mvcc/compaction.js';
 import type { Tracing } from '../../shared/tracing.js';
 import { WalSpans, endWalSpans } from './wal-spans.js';
 import { AuthExecutor, AuthOp } from './auth/executor.js';
@@ -271,9 +272,11 @@ export class Engine {
     const records: WalRecord[] = [];
     let index = this.index;
     let durable = false;
+    let compacting = false;
     try {
       this.db.env.transactionSync(() => {
         index = this.executeBatch(batch, results, records, []);
+        compacting = compactionPending(this.db); // read here, not after: see CompactionSteps.kick
         if (records.length) {
           stages?.stamp(Stage.STORAGE_EXECUTED, index);
           this.db.meta.putSync(META.appliedIndex, index);
@@ -294,7 +297,7 @@ export class Engine {
     this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     if (records.length) stages?.stamp(Stage.STORAGE_ANSWERED, index);
-    this.compaction.kick();
+    this.compaction.kick(compacting);
   }
 
   /** Stage tracing: the batch through `index` is committed to LMDB (and which revision it ends at). */
@@ -402,9 +405,11 @@ export class Engine {
       for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
       return;
     }
+    let compacting = false;
     try {
       this.db.env.transactionSync(() => {
         for (let i = 0; i < entries.length; i++) applyEntry(this.db, entries[i], Number(records[i].index));
+        compacting = compactionPending(this.db);
       });
     } catch (err) {
       // The records are durable (WAL and object store) but LMDB refused them: later batches
@@ -419,7 +424,7 @@ export class Engine {
     this.feed.publish(records, this.executor.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     stages?.stamp(Stage.STORAGE_ANSWERED, index);
-    this.compaction.kick();
+    this.compaction.kick(compacting);
     this.redrain();
   }
 
@@ -563,9 +568,9 @@ export class Engine {
     }
     this.db.env.transactionSync(() => {
       for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
+      this.executor.reload(); // in the transaction, not after it: see CompactionSteps.kick
     });
     this.index = through;
-    this.executor.reload();
     this.feed.publish(records, this.executor.revision, through);
   }
 
