@@ -25,7 +25,11 @@ test('auth on a cluster: tokens issued through a follower work there at once; a 
     const r = await etcdctl(leader.endpoint, args);
     assert.equal(r.exitCode, 0, `etcdctl ${args.join(' ')}: ${r.stderr}`);
   };
+  // Writes through every node while auth is off: each gateway has read it off (AuthGate.writeMeta).
+  for (const n of cluster.nodes) assert.equal((await etcdctl(n.endpoint, ['put', `app/off-${n.id}`, 'v'])).exitCode, 0);
   for (const args of [['user', 'add', 'root:rootpw'], ['user', 'grant-role', 'root', 'root'], ['role', 'add', 'app'], ['role', 'grant-permission', 'app', 'readwrite', '--prefix', 'app/'], ['user', 'add', 'alice:alicepw'], ['user', 'grant-role', 'alice', 'app'], ['auth', 'enable']]) await ctl(...args);
+  // Once it is on, a write without a user is refused through every node at once.
+  for (const n of cluster.nodes) assert.match((await etcdctl(n.endpoint, ['put', 'app/anonymous', 'v'])).stderr, /user name is empty/, `${n.id}: a write without a user after auth enable`);
   await ctl('--user', 'root:rootpw', 'put', 'app/seed', 'v');
 
   // A login through a follower, the token used on that follower at once, many times over.

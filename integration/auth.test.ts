@@ -72,6 +72,24 @@ test('starting without --auth-enabled disables auth (warning); with it, auth is 
   assert.equal((await etcdctl(on.endpoint, ['--user', 'alice:alicepw', 'get', 'app/x'])).exitCode, 0);
 });
 
+test('writes made while auth was off do not let later writes past it once it is on', { timeout: 120_000 }, async (t) => {
+  // The gateway checks writes against the auth state it last read while auth was off, without
+  // reading it again (AuthGate.writeMeta); storage refuses those checked before auth came on.
+  const node = await startKvs(t, { args: ['--auth-enabled', '--bcrypt-cost', '4'] });
+  for (let i = 0; i < 3; i++) assert.equal((await etcdctl(node.endpoint, ['put', `app/before${i}`, 'v'])).exitCode, 0);
+  await bootstrap(node);
+  const anonymous = await etcdctl(node.endpoint, ['put', 'app/x', 'anonymous']);
+  assert.notEqual(anonymous.exitCode, 0);
+  assert.match(anonymous.stderr, /user name is empty/);
+  assert.match((await etcdctl(node.endpoint, ['--user', 'alice:alicepw', 'put', 'other/x', 'v'])).stderr, /permission denied/);
+  assert.equal((await etcdctl(node.endpoint, ['--user', 'alice:alicepw', 'put', 'app/x', 'alice'])).exitCode, 0);
+  assert.equal((await etcdctl(node.endpoint, ['--user', 'root:rootpw', 'get', '--print-value-only', 'app/x'])).stdout.trim(), 'alice');
+  assert.equal((await etcdctl(node.endpoint, ['--user', 'root:rootpw', 'get', '--print-value-only', 'other/x'])).stdout.trim(), '');
+  // Off again: writes without a user go through at once.
+  assert.equal((await etcdctl(node.endpoint, ['--user', 'root:rootpw', 'auth', 'disable'])).exitCode, 0);
+  assert.equal((await etcdctl(node.endpoint, ['put', 'other/x', 'v'])).exitCode, 0);
+});
+
 test('lockout after 5 failures; 10,000 failed Authenticate calls leave the node serving others', { timeout: 240_000 }, async (t) => {
   const node = await startKvs(t, { args: ['--auth-enabled', '--bcrypt-cost', '4', '--metrics-addr', '127.0.0.1:0'] });
   await bootstrap(node);

@@ -7,7 +7,7 @@
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { EtcdError } from '../../../shared/errors.js';
-import { authMeta, getRole, getToken, getUser, hasRootRole, tokenDigest } from '../../../shared/auth/tables.js';
+import { authMeta, type AuthMeta, getRole, getToken, getUser, hasRootRole, tokenDigest } from '../../../shared/auth/tables.js';
 import { inReservedSpace, mergePerms, permitted, type UserPerms } from '../../../shared/auth/perms.js';
 import type { Checks } from '../../../shared/auth/requests.js';
 import { leaseKeys } from '../../../shared/mvcc/leases.js';
@@ -84,6 +84,29 @@ export class AuthGate {
   /** The auth state as of the current read transaction. */
   meta() {
     return authMeta(this.db);
+  }
+
+  /** Auth's revision when it was last read off (undefined: last read on, or not read yet). */
+  private offAt: number | undefined;
+
+  /**
+   * The auth state a write is checked against. While auth was last read off, that reading
+   * serves: storage refuses a write checked at an older auth revision than its own once auth is
+   * on (enabling it moves the revision), and the retry reads afresh (`freshMeta`). Not reading
+   * the database here spares the gateway a timer: each renewal of lmdb-js's read snapshot is
+   * released by a setTimeout(0), which wakes a gateway that is waiting on storage once more per
+   * write (docs/benchmarks.md, "lmdb-js's read-snapshot timer"). With auth on, every write reads.
+   */
+  writeMeta(): AuthMeta {
+    return this.offAt === undefined ? this.freshMeta() : { enabled: false, revision: this.offAt };
+  }
+
+  /** The auth state as of a new read transaction. */
+  freshMeta(): AuthMeta {
+    this.db.env.resetReadTxn();
+    const m = authMeta(this.db);
+    this.offAt = m.enabled ? undefined : m.revision;
+    return m;
   }
 
   /**

@@ -78,8 +78,8 @@ function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck)
     const attempt = (n: number, caughtUp = false): void => {
       let revision: number;
       try {
-        gate.db.env.resetReadTxn();
-        const meta = gate.meta();
+        // A retry (auth changed under the first check) reads auth afresh.
+        const meta = n === 0 && !caughtUp ? gate.writeMeta() : gate.freshMeta();
         revision = meta.revision;
         if (meta.enabled) check(body, gate.identify(call, meta.revision));
       } catch (err) {
@@ -91,7 +91,13 @@ function guarded(link: WriteLink, op: number, gate: AuthGate, check: WriteCheck)
       link.call(op, body, revision, traceParent).then(
         (res) => cb(null, res),
         (err) => {
-          if (err instanceof EtcdError && err.message === AuthErrors.authOldRevision.message && n < STALE_RETRIES) return attempt(n + 1);
+          if (err instanceof EtcdError && err.message === AuthErrors.authOldRevision.message && n < STALE_RETRIES) {
+            // Auth changed since this node's view: on a follower, check again once it has applied
+            // what the leader had committed (else the retry could see the same old view).
+            const again = () => attempt(n + 1);
+            const wait = gate.catchUp();
+            return wait ? void wait.then(again, again) : again();
+          }
           cb(toServiceError(err));
         },
       );
