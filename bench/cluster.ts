@@ -15,7 +15,7 @@ import { KvClient } from './kv-client.js';
 import { key, value } from './keys.js';
 import { processTree, pssBytes, rssBytes } from './proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
-import { ETCD_BIN, KVS_BIN, REPO_ROOT, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
+import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
 import type { ClusterControl } from './workload.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -41,8 +41,9 @@ class Member {
     private readonly extraEnv: Record<string, string> = {},
   ) {}
 
+  /** Every member runs in its own process group and session, as a single server (SERVER_SESSION). */
   private get group(): boolean {
-    return this.system === 'kvs';
+    return SERVER_SESSION;
   }
 
   get pid(): number | undefined {
@@ -55,7 +56,7 @@ class Member {
       cwd: REPO_ROOT,
       // KVS_* / ETCD_* variables (e.g. from /etc/default/etcd) would silently configure them.
       env: { ...env((k) => k.startsWith(this.system === 'kvs' ? 'KVS_' : 'ETCD')), ...this.extraEnv },
-      detached: this.group, // kvs: its own process group, killed as one
+      detached: this.group, // its own process group, killed as one, and its own session
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
@@ -77,7 +78,7 @@ class Member {
     return pid === undefined ? [] : processTree(pid);
   }
 
-  /** SIGKILL (kvs: to the whole process group); resolves once all of it is gone. */
+  /** SIGKILL to the member's whole process group; resolves once all of it is gone. */
   async kill9(): Promise<number> {
     const child = this.child!;
     const pid = child.pid!;
@@ -105,7 +106,7 @@ class Member {
     throw new Error(`${this.system} ${this.name}: processes of group ${pgid} still alive 5 s after SIGKILL`);
   }
 
-  /** SIGTERM, then SIGKILL (kvs: the group) after `graceMs`; then nothing of the group is left. */
+  /** SIGTERM, then SIGKILL after `graceMs`; then nothing of the group is left. */
   async stop(graceMs = 15_000): Promise<void> {
     const child = this.child;
     if (!child) return;

@@ -256,6 +256,19 @@ export async function localObjectStore(): Promise<KvsObjectStore> {
 }
 
 /**
+ * Every server the bench starts (kvs and etcd alike, single nodes and cluster members) runs
+ * detached: in its own process group, which the bench kills as one, and its own session. On a
+ * kernel with autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on in Debian's
+ * kernels) a session is a scheduling group, and the CPU is shared fairly between groups before
+ * it is shared between their threads: a server in a session of its own competes with the load
+ * generators as a service in its own cgroup does. Both systems must get the same: with kvs
+ * alone detached (until 2026-11-28), etcd shared the load generators' group and kvs did not,
+ * which cost kvs about a fifth of its par-put throughput under etcd's Go client, and etcd
+ * about as much when it was the one detached (docs/benchmarks.md, "The same scheduling group").
+ */
+export const SERVER_SESSION = true;
+
+/**
  * `store`: an object store; `flags`: more flags for `kvs run` (--kvs-flags); `extraEnv`: set in
  * the node's environment (the bench passes no KVS_* variable through otherwise; breakdown.ts:
  * KVS_STAGE_TRACE). The node serves its metrics on a free port (--metrics-addr) for the fsync
@@ -272,7 +285,7 @@ export async function startKvs(store?: KvsObjectStore, flags: readonly string[] 
       const child = spawn(process.execPath, args, {
         cwd: REPO_ROOT,
         env: { ...env((k) => k.startsWith('KVS_')), ...store?.env, ...extraEnv },
-        detached: true, // its own process group: supervisor, storage, gateway
+        detached: SERVER_SESSION, // its own process group (supervisor, storage, gateway) and session
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       return { child, endpoint, metricsUrl: `http://${metricsAddr}/metrics`, group: true, out: capture(child) };
@@ -294,10 +307,11 @@ export function startEtcd(): Promise<Server> {
         ETCD_BIN,
         etcdArgs(name, dataDir, clientPort, peerPort),
         // ETCD_* variables (e.g. from /etc/default/etcd) would silently configure etcd.
-        { env: env((k) => k.startsWith('ETCD')), stdio: ['ignore', 'pipe', 'pipe'] },
+        // Detached as kvs is: see SERVER_SESSION.
+        { env: env((k) => k.startsWith('ETCD')), detached: SERVER_SESSION, stdio: ['ignore', 'pipe', 'pipe'] },
       );
       // etcd 3.4 serves /metrics on its client URL.
-      return { child, endpoint: `127.0.0.1:${clientPort}`, metricsUrl: `http://127.0.0.1:${clientPort}/metrics`, group: false, out: capture(child) };
+      return { child, endpoint: `127.0.0.1:${clientPort}`, metricsUrl: `http://127.0.0.1:${clientPort}/metrics`, group: SERVER_SESSION, out: capture(child) };
     },
     (d) => ({ db: path.join(d, 'member', 'snap', 'db'), wal: path.join(d, 'member', 'wal') }),
   );
