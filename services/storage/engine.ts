@@ -566,10 +566,15 @@ export class Engine {
       }
       this.staged = this.staged.filter((r) => r.index > BigInt(through));
     }
-    this.db.env.transactionSync(() => {
-      for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
-      this.executor.reload(); // in the transaction, not after it: see CompactionSteps.kick
-    });
+    try {
+      this.db.env.transactionSync(() => {
+        for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
+        this.executor.reload(); // in the transaction, not after it: see CompactionSteps.kick
+      });
+    } catch (err) {
+      this.executor.reload(); // the counters LMDB still holds, not the failed transaction's
+      throw err;
+    }
     this.index = through;
     this.feed.publish(records, this.executor.revision, through);
   }
