@@ -40,6 +40,7 @@ sade('chaos', true)
   .option('--out', 'directory for a counterexample picture and, on a failure, the nodes\' logs', '.')
   .option('--log-level', 'the nodes\' --log-level', 'info')
   .option('--once', 'each nemesis once, however long that takes (instead of --duration)')
+  .option('--write-pipeline', 'the cluster nodes\' --write-pipeline: batches a leader keeps in flight (default: auto, which is 1 with every node on this machine)')
   .action(async (opts: Record<string, unknown>) => {
     const seed = opts.seed === undefined ? Date.now() % 1_000_000 : Number(opts.seed);
     const nodes = Number(opts.nodes);
@@ -65,6 +66,7 @@ sade('chaos', true)
         workersPerNode: Number(opts.workers),
         outDir: String(opts.out),
         logLevel: String(opts['log-level']),
+        ...(opts['write-pipeline'] !== undefined ? { writePipeline: String(opts['write-pipeline']) } : {}),
         log: (line) => process.stderr.write(`${line}\n`),
       });
       if (!r.ok) process.stderr.write(`${r.details}\n`);

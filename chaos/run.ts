@@ -25,6 +25,8 @@ export interface ChaosOptions {
   readonly workersPerNode?: number;
   /** The nodes' --log-level (default info); their logs are saved in `outDir` when a run fails. */
   readonly logLevel?: string;
+  /** The nodes' --write-pipeline (cluster only; default: theirs, auto). */
+  readonly writePipeline?: string;
   /** Where a counterexample's picture is written. */
   readonly outDir: string;
   readonly log?: (line: string) => void;
@@ -61,7 +63,7 @@ export async function runChaos(t: Ctx, o: ChaosOptions): Promise<ChaosResult> {
   const names = applicable(o.nemeses, o.nodes);
   if (names.length === 0) throw new Error(`none of ${o.nemeses.join(', ')} applies to ${o.nodes} node(s)`);
   log(`chaos: seed ${o.seed}, ${o.nodes} node(s), ${o.store} store, nemeses ${names.join(', ')}`);
-  const sys = await startSystem(t, { nodes: o.nodes, store: o.store, logLevel: o.logLevel });
+  const sys = await startSystem(t, { nodes: o.nodes, store: o.store, logLevel: o.logLevel, writePipeline: o.writePipeline });
   const runId = `s${o.seed}`;
   // Separate streams: the workload draws at a rate that depends on timing, the schedule must not.
   const workload = new Workload(prng(o.seed ^ 0x5bd1e995), runId);

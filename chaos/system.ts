@@ -51,7 +51,7 @@ export interface ChaosSystem {
 
 const TTL_MS = 1500; // FAST_FAILOVER's --leader-liveness-ttl
 
-export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKind; logLevel?: string }): Promise<ChaosSystem> {
+export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKind; logLevel?: string; writePipeline?: string }): Promise<ChaosSystem> {
   const dir = await tempDir(t, 'kvs-chaos-');
   const cluster = opts.nodes > 1;
   const nodes: ChaosNode[] = [];
@@ -88,6 +88,7 @@ export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKin
       peerPort = await freePort();
       t.after(() => peer!.close());
       args.push('--peer-listen', `127.0.0.1:${peerPort}`, '--advertise-peer', peer.address, ...FAST_FAILOVER);
+      if (opts.writePipeline) args.push('--write-pipeline', opts.writePipeline);
     }
     const kvs = await startKvs(t, { args, env: { ...storeEnv, ...(failpoint ? { [FAILPOINT_ENV]: failpoint } : {}) } });
     const client = new TcpProxy({ name: `${id}-client`, target: () => kvs.port });

@@ -1,9 +1,10 @@
 // Cluster mode end to end (docs/cluster.md): three real kvs nodes on one local-directory
 // object store, etcd clients (the etcd3 package and etcdctl 3.4) on every node.
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { etcdctl, pollUntil, startEtcdctl } from './harness.js';
+import { etcdctl, freePort, pollUntil, startEtcdctl } from './harness.js';
+import { scrape, value } from './metrics-scrape.js';
 import { rawClient } from './raw-client.js';
 import { decode } from '../shared/proto/index.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
@@ -167,13 +168,18 @@ async function assertContiguousHistory(node: ClusterNode, through: number): Prom
   assert.deepEqual(distinct, Array.from({ length: distinct.length }, (_, i) => i + 2), `revisions on ${node.id} run on without gaps`);
 }
 
-test('kill -9 of the leader under load: a follower takes over, no acknowledged write is lost, revisions run on', async (t) => {
-  const { nodes } = await startCluster(t, 3);
+/**
+ * Writers on every node (`writers` each) until `warm` writes are acknowledged, then `beforeKill`
+ * and kill -9 of the leader: a follower takes over, no acknowledged write is lost, revisions
+ * run on, and the killed node rejoins with everything.
+ */
+async function killLeaderUnderLoad(t: TestContext, nodes: ClusterNode[], writers: number, warm: number, beforeKill: (leader: ClusterNode) => Promise<void> = async () => {}): Promise<void> {
   const leader = await waitForLeader(nodes);
   const acked = new Map<string, number>();
   const stop = { done: false };
-  const loops = nodes.map((n) => writeLoop(n.client, `load/${n.id}`, acked, stop));
-  await pollUntil('some writes acknowledged', async () => (acked.size >= 30 ? true : undefined), 20_000);
+  const loops = nodes.flatMap((n) => Array.from({ length: writers }, (_, w) => writeLoop(n.client, `load/${n.id}/${w}`, acked, stop)));
+  await pollUntil('some writes acknowledged', async () => (acked.size >= warm ? true : undefined), 20_000);
+  await beforeKill(leader);
   const killedAt = performance.now();
   await leader.kvs.kill9();
   const survivors = followersOf(nodes, leader);
@@ -211,6 +217,43 @@ test('kill -9 of the leader under load: a follower takes over, no acknowledged w
     const got = await leader.client.get(key).exec();
     assert.equal(Number(got.kvs[0]?.mod_revision), rev, `${key} on the restarted ${leader.id}`);
   }
+}
+
+/** A cluster whose nodes serve /metrics; `pipelined(leader)`: its batches written with another in flight, and all. */
+async function clusterWithMetrics(t: TestContext, args: string[] = []) {
+  const metrics = new Map<string, string>();
+  const nodeArgs = async (id: string) => {
+    const addr = `127.0.0.1:${await freePort()}`;
+    metrics.set(id, addr);
+    return ['--metrics-addr', addr];
+  };
+  const { nodes } = await startCluster(t, 3, { args, nodeArgs });
+  const pipelined = async (leader: ClusterNode) => {
+    const m = await scrape(metrics.get(leader.id)!);
+    const all = value(m, 'kvs_write_batches_in_flight_count')!;
+    const alone = value(m, 'kvs_write_batches_in_flight_bucket', { le: '1' })!; // written alone
+    t.diagnostic(`leader ${leader.id}: ${all - alone} of ${all} batches written with another in flight`);
+    return { all, pipelined: all - alone };
+  };
+  return { nodes, pipelined };
+}
+
+test('kill -9 of the leader under load: a follower takes over, no acknowledged write is lost, revisions run on', async (t) => {
+  const { nodes, pipelined } = await clusterWithMetrics(t);
+  await killLeaderUnderLoad(t, nodes, 3, 150, async (leader) => {
+    // --write-pipeline auto, every member on this machine: one batch in flight.
+    const p = await pipelined(leader);
+    assert.ok(p.all > 0);
+    assert.equal(p.pipelined, 0, 'auto wrote a batch with another in flight, though every follower runs on this machine');
+  });
+});
+
+test('two write batches in flight on the leader (--write-pipeline 2): kill -9 of the leader under load loses no acknowledged write, revisions run on', async (t) => {
+  const { nodes, pipelined } = await clusterWithMetrics(t, ['--write-pipeline', '2']);
+  await killLeaderUnderLoad(t, nodes, 4, 300, async (leader) => {
+    const p = await pipelined(leader);
+    assert.ok(p.pipelined > 0, `no batch was written with another in flight (${p.all} batches)`);
+  });
 });
 
 test('SIGTERM of the leader hands over at once: a follower leads well before the liveness TTL', async (t) => {

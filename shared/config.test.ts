@@ -36,6 +36,17 @@ test('bad values are refused with the flag named', () => {
   assert.throws(() => resolveConfig({ 'read-consistency': 'eventual' }, {}), /--read-consistency/);
 });
 
+test('--write-pipeline: auto by default, or a whole number of batches from 1 to 4; survives the round trip', () => {
+  assert.equal(resolveConfig({}, {}).writePipeline, 'auto');
+  const two = resolveConfig({ 'write-pipeline': 2 }, {});
+  assert.equal(two.writePipeline, 2);
+  assert.equal(resolveConfig(Object.fromEntries(configArgs(two).map((a) => a.slice(2).split(/=(.*)/s, 2))), {}).writePipeline, 2);
+  assert.equal(resolveConfig({}, { KVS_WRITE_PIPELINE: '1' }).writePipeline, 1);
+  for (const bad of ['0', '5', '1.5', 'two']) {
+    assert.throws(() => resolveConfig({ 'write-pipeline': bad }, {}), /--write-pipeline must be auto or a whole number from 1 to 4, got 'two'|--write-pipeline must be auto/);
+  }
+});
+
 test('observability flags: --metrics-addr is host:port, --log-format json or pretty', () => {
   assert.equal(resolveConfig({ 'metrics-addr': '127.0.0.1:9090' }, {}).metricsAddr, '127.0.0.1:9090');
   assert.equal(resolveConfig({}, { KVS_METRICS_ADDR: '[::1]:9090' }).metricsAddr, '[::1]:9090');

@@ -66,6 +66,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('leader-liveness-ttl', 'string', 'How long a follower must see the leader lock unchanged before it takes over (LeaderLivenessTTL)', '6s'),
   flag('leader-watch-interval-sec', 'number', 'Seconds between a leader\'s re-checks of its lock while every follower is connected', '300'),
   flag('peer-buffer-size', 'number', 'Recent WAL entries a leader keeps in memory for followers catching up', '10000'),
+  flag('write-pipeline', 'string', 'Write batches a leader keeps in flight waiting for its followers\' ACKs: 1-4, or auto (2 while a connected follower runs on another machine, else 1)', 'auto'),
   flag('peer-tls-ca', 'string', 'PEM CA of peer mutual TLS (with --peer-tls-cert and --peer-tls-key; TLS 1.3 only)'),
   flag('peer-tls-cert', 'string', 'PEM certificate of this node on the peer port (server and client)'),
   flag('peer-tls-key', 'string', 'PEM private key of --peer-tls-cert'),
@@ -118,6 +119,8 @@ export interface Config {
   leaderLivenessTtl: string;
   leaderWatchIntervalSec: number;
   peerBufferSize: number;
+  /** --write-pipeline: a number (1-4) or 'auto' (services/storage/engine.ts, depth()). */
+  writePipeline: WritePipeline;
   peerTlsCa?: string;
   peerTlsCert?: string;
   peerTlsKey?: string;
@@ -221,12 +224,24 @@ export function clusterMode(cfg: Pick<Config, 'peerListen'>): boolean {
 
 const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '']);
 
+/** How many write batches a cluster leader keeps in flight: a number, or chosen by where its followers run. */
+export type WritePipeline = number | 'auto';
+export const MAX_WRITE_PIPELINE = 4;
+
+export function parseWritePipeline(v: string): WritePipeline {
+  if (v === 'auto') return v;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_WRITE_PIPELINE) throw new Error(`--write-pipeline must be auto or a whole number from 1 to ${MAX_WRITE_PIPELINE}, got '${v}'`);
+  return n;
+}
+
 function checkCluster(cfg: Config): void {
   parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');
   parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
   if (cfg.followerMaxRetries < 1) throw new Error(`--follower-max-retries must be at least 1, got ${cfg.followerMaxRetries}`);
   if (cfg.leaderWatchIntervalSec < 1) throw new Error(`--leader-watch-interval-sec must be at least 1, got ${cfg.leaderWatchIntervalSec}`);
   if (cfg.peerBufferSize < 1) throw new Error(`--peer-buffer-size must be at least 1, got ${cfg.peerBufferSize}`);
+  cfg.writePipeline = parseWritePipeline(String(cfg.writePipeline));
   const peerTls = [cfg.peerTlsCa, cfg.peerTlsCert, cfg.peerTlsKey].filter((v) => v !== undefined && v !== '').length;
   if (peerTls !== 0 && peerTls !== 3) throw new Error('peer TLS needs all three of --peer-tls-ca, --peer-tls-cert and --peer-tls-key');
   // Read and checked now (one line naming the flag and file), as absolute paths for the peer process.

@@ -40,6 +40,7 @@ export const writeMetricsByOp = Object.fromEntries(
 const FSYNC = [0.000125, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192];
 export const walFsyncDuration = own('storage', new client.Histogram({ name: 'kvs_wal_fsync_duration_seconds', help: 'Duration of the fdatasync of each WAL append (one per group-commit batch that wrote records; on a follower, one per replicated append)', buckets: FSYNC, registers: [] }));
 export const writeBatchSize = own('storage', new client.Histogram({ name: 'kvs_write_batch_size', help: 'Requests per group-commit write batch (client writes, lease grants and revokes, auth changes, compactions)', buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], registers: [] }));
+export const writeBatchesInFlight = own('storage', new client.Histogram({ name: 'kvs_write_batches_in_flight', help: 'Batches a cluster leader (or a single node uploading each batch) had written and not yet applied when it wrote one more, that one included (--write-pipeline)', buckets: [1, 2, 3, 4], registers: [] }));
 export const walGcSegmentsTotal = own('storage', new client.Counter({ name: 'kvs_wal_gc_segments_total', help: 'Local WAL segments deleted once uploaded and covered by a checkpoint', registers: [] }));
 
 // ---- archiver: the object store

@@ -108,7 +108,19 @@ export class Leadership {
   private lastIndex = 0;
   committedThrough = 0;
   committedRevision = 0;
-  private pending: Batch | undefined;
+  /**
+   * Storage's batches not yet answered, oldest first: a leader's storage sends the next batch
+   * while the previous one waits for its ACKs (services/storage/engine.ts, PIPELINE_DEPTH).
+   * They are answered in order; one that fails fails every batch after it.
+   */
+  private pending: Batch[] = [];
+  /**
+   * After a batch was dropped: storage sends its next batch from this index. Batches it sent
+   * before it learned of the drop (executed on top of the dropped one) are ignored.
+   */
+  private resumeAt: number | undefined;
+  /** What storage was last told of where the followers run (sendPlacement). */
+  private placement: boolean | undefined;
   private lastTouchOk = performance.now();
   private touching = false;
   private lastTouchAttempt = 0;
@@ -134,17 +146,17 @@ export class Leadership {
     this.started = true;
     this.on('replicate', (r: Replicate) => this.onReplicate(r));
     this.on('durable', (through: number, error: string) => {
-      const b = this.pending;
-      if (!b || through < b.last) return;
-      if (error) return this.dropPending(b, `kvs: the leader could not write the batch to its WAL: ${error}`);
-      b.durable = true;
+      if (error) {
+        const b = this.pending.find((p) => p.last >= through);
+        if (b) this.dropPending(b, `kvs: the leader could not write the batch to its WAL: ${error}`);
+        return;
+      }
+      for (const b of this.pending) if (b.last <= through) b.durable = true;
       this.evaluate();
     });
     this.on('uploaded', (through: number) => {
-      if (this.pending && through >= this.pending.last) {
-        this.pending.uploaded = true;
-        this.evaluate();
-      }
+      for (const b of this.pending) if (b.last <= through) b.uploaded = true;
+      this.evaluate();
     });
     this.on('detached', () => this.end('storage-lost'));
     let p: Progress;
@@ -182,10 +194,11 @@ export class Leadership {
     clearInterval(this.timer);
     this.noticeSent();
     for (const [e, fn] of this.listeners) this.o.storage.off(e, fn);
-    if (this.pending) {
+    if (this.pending.length) {
+      // Refuses the oldest, and so every batch after it.
       const msg = why === 'deposed' ? 'etcdserver: leader changed' : 'etcdserver: no leader';
-      this.o.storage.replicated(this.pending.last, { code: status.UNAVAILABLE, message: msg });
-      this.pending = undefined;
+      this.o.storage.replicated(this.pending[0].last, { code: status.UNAVAILABLE, message: msg });
+      this.pending = [];
     }
     for (const f of this.followers.values()) f.call.end();
     this.followers.clear();
@@ -221,11 +234,15 @@ export class Leadership {
 
   private onReplicate(r: Replicate): void {
     if (this.done) return;
+    if (this.resumeAt !== undefined && !r.seed) {
+      if (r.first !== this.resumeAt) return; // sent before storage dropped it (it fails there)
+      this.resumeAt = undefined;
+    }
     this.remember({ first: r.first, last: r.last, frames: r.frames });
     this.lastIndex = Math.max(this.lastIndex, r.last);
     if (r.seed) return;
     stages?.stamp(Stage.PEER_LEADER_RECEIVE, r.last);
-    this.pending = { first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false };
+    this.pending.push({ first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false });
     const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
     this.noticeSent();
     for (const f of this.followers.values()) f.call.write(msg);
@@ -267,12 +284,17 @@ export class Leadership {
     if (performance.now() - this.lastTickAt > LATE_TICK_MS) this.tick();
   }
 
+  /** Answers the batches that may be acknowledged now, oldest first. */
   private evaluate(): void {
-    const b = this.pending;
-    if (!b || !b.durable || this.done) return;
+    for (let b = this.pending[0]; b && this.evaluateOne(b); b = this.pending[0]);
+  }
+
+  /** Whether the oldest batch, `b`, was committed (the next one may be then). */
+  private evaluateOne(b: Batch): boolean {
+    if (!b.durable || this.done) return false;
     this.catchUpTimers();
-    if (this.pending !== b || this.done) return;
-    for (const f of this.followers.values()) if (f.caughtUp && f.durableThrough < b.last) return;
+    if (this.pending[0] !== b || this.done) return false;
+    for (const f of this.followers.values()) if (f.caughtUp && f.durableThrough < b.last) return false;
     if (this.degraded && !b.uploaded) {
       // Only while the lock is surely ours: a deposed leader must not add to the uploaded WAL.
       if (!b.askedUpload && this.fresh()) {
@@ -286,10 +308,14 @@ export class Leadership {
         this.dropPending(b, 'etcdserver: no leader (the leader cannot reach the object store)');
         this.end('store-unreachable');
       }
-      return;
+      return false;
     }
-    if (!this.fresh()) this.failIfStale(b);
-    else this.commit(b);
+    if (!this.fresh()) {
+      this.failIfStale(b);
+      return false;
+    }
+    this.commit(b);
+    return true;
   }
 
   /** Waits for a touch (tick); past twice the TTL the batch fails. */
@@ -298,9 +324,15 @@ export class Leadership {
     this.dropPending(b, 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)');
   }
 
-  /** The batch in flight fails: never acknowledged, and gone from every log that holds it. */
+  /**
+   * The batch fails, and every batch after it (executed on top of it): never acknowledged, and
+   * gone from every log that holds them.
+   */
   private dropPending(b: Batch, message: string): void {
-    this.pending = undefined;
+    const k = this.pending.indexOf(b);
+    if (k < 0) return;
+    this.pending.splice(k);
+    this.resumeAt = b.first;
     // Storage drops the batch from its WAL: so does the buffer (the next batch reuses the indices).
     while (this.ring.length && this.ring[this.ring.length - 1].last >= b.first) {
       const c = this.ring.pop()!;
@@ -313,7 +345,7 @@ export class Leadership {
   }
 
   private commit(b: Batch): void {
-    this.pending = undefined;
+    this.pending.shift();
     this.committedThrough = b.last;
     this.committedRevision = b.revision;
     this.o.storage.replicated(b.last);
@@ -425,6 +457,21 @@ export class Leadership {
     M.replicationDegraded.set(this.degraded ? 1 : 0);
     const msg = { term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true };
     for (const f of this.followers.values()) f.call.write(msg);
+    this.sendPlacement();
+  }
+
+  /**
+   * Tells storage whether a connected follower runs on another machine (or one that does not
+   * say): there a second batch in flight fills the leader's wait for the network, where on this
+   * machine it would take CPU the followers need (--write-pipeline auto; docs/cluster.md).
+   */
+  private sendPlacement(): void {
+    const mine = this.o.self.hostId;
+    const elsewhere = [...this.followers.values()].some((f) => !mine || f.member.hostId !== mine);
+    if (elsewhere === this.placement) return;
+    this.placement = elsewhere;
+    this.o.storage.placement(elsewhere);
+    this.o.log.info({ followersElsewhere: elsewhere }, elsewhere ? 'a follower runs on another machine' : 'every connected follower runs on this machine');
   }
 
   // ---- liveness ----------------------------------------------------------------------------

@@ -38,13 +38,25 @@ const ELECTION_WAIT_MS = 3000;
 /** The storage op numbers forwarded writes carry, for the forwarded-write metrics. */
 const METRIC_OP: Record<number, keyof typeof writeMetricsByOp | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
 
+/**
+ * This machine's boot id: the same for every process (and container) running on its kernel,
+ * so members that report the same one share its CPUs. '' where the kernel does not tell.
+ */
+function hostId(): string {
+  try {
+    return fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return '';
+  }
+}
+
 export async function runPeer(cfg: Config): Promise<void> {
   const log = createLogger('peer', cfg.logLevel, cfg.logFormat);
   startStages('peer', cfg.nodeId);
   serveMetrics('peer');
   const store = await openObjectStore({ ...objectStoreOptions(cfg), log });
   const creds = peerCredentials(cfg, log);
-  const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg) };
+  const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg), hostId: hostId() };
   const node = new PeerNode(cfg, self, store, creds, log);
 
   // This node's storage, gateway and archiver call in on our own gRPC server, as storage's

@@ -11,6 +11,8 @@ export interface Member {
   memberId: string;
   peerUrl: string;
   clientUrl: string;
+  /** The machine's boot id (hostId() in main.ts): members with the same one share its CPUs. */
+  hostId?: string;
 }
 
 export interface ClusterState {

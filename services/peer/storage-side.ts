@@ -163,6 +163,11 @@ export class StorageSide extends EventEmitter {
     this.send({ confirmed: { id, code: err?.code ?? 0, message: err?.message ?? '' } });
   }
 
+  /** Leader: whether a connected follower runs on another machine (AgentMessage.Placement). */
+  placement(followersElsewhere: boolean): void {
+    this.send({ placement: { followersElsewhere } });
+  }
+
   /** Leader: the answer to a Replicate. */
   replicated(through: number, answer: { uploadFirst?: boolean; code?: number; message?: string } = {}): void {
     this.send({ replicated: { through, uploadFirst: answer.uploadFirst ?? false, code: answer.code ?? 0, message: answer.message ?? '' } });

@@ -38,6 +38,7 @@ interface AgentMessage {
   replicated?: { through: U64; uploadFirst: boolean; code: number; message: string };
   confirmed?: { id: U64; code: number; message: string };
   entries?: { first: U64; last: U64; frames: Buffer; commitThrough: U64; committed: boolean };
+  placement?: { followersElsewhere: boolean };
 }
 
 interface Pending {
@@ -59,7 +60,8 @@ export interface ClusterHooks {
 export class PeerAttach {
   private readonly channel: UnixH2Channel;
   private stream: AttachStream | undefined;
-  private pending: Pending | undefined;
+  /** Leader: the batches sent and not yet answered, oldest first (the engine's flights). */
+  private pending: Pending[] = [];
   /** Leader: the Confirm in flight (a batch that wrote nothing waits for it). */
   private confirming: { id: number; resolve(): void; reject(err: Error): void } | undefined;
   private confirmId = 0;
@@ -97,6 +99,7 @@ export class PeerAttach {
       this.retryMs = 50;
       if (m.replicated) return this.onReplicated(m.replicated);
       if (m.confirmed) return this.onConfirmed(m.confirmed);
+      if (m.placement) return void (this.engine.followersElsewhere = m.placement.followersElsewhere);
       this.chain = this.chain.then(() => this.handle(stream, m)).catch((err: Error) => {
         if (err instanceof FreeSpaceError) return this.detachForSpace(stream, err);
         // A follower that cannot append what its leader sent (a gap, ENOSPC above the floor)
@@ -199,34 +202,45 @@ export class PeerAttach {
   private replicate(first: number, last: number, frames: Buffer, revision: number): Promise<void> {
     return new Promise((resolve, reject) => {
       if (!this.stream) return reject(new Error('no peer agent'));
-      this.pending = { last, resolve, reject };
+      this.pending.push({ last, resolve, reject });
       this.stream.write({ replicate: { first, last, frames, revision } });
     });
   }
 
+  /**
+   * The agent answers batches in order: "replicated through N" acknowledges every batch that
+   * ends at or before N; a refusal of the batch ending at N refuses every batch after it too
+   * (each was executed on top of it).
+   */
   private onReplicated(r: NonNullable<AgentMessage['replicated']>): void {
-    const p = this.pending;
-    if (!p || n(r.through) < p.last) return;
-    if (r.code) {
-      this.pending = undefined;
-      return p.reject(new EtcdError(r.code, r.message));
-    }
+    const through = n(r.through);
+    if (r.code) return this.failFrom(through, new EtcdError(r.code, r.message));
     if (!r.uploadFirst) {
-      this.pending = undefined;
-      stages?.stamp(Stage.STORAGE_REPLICATED, p.last);
-      return p.resolve();
+      while (this.pending.length && this.pending[0].last <= through) {
+        const p = this.pending.shift()!;
+        stages?.stamp(Stage.STORAGE_REPLICATED, p.last);
+        p.resolve();
+      }
+      return;
     }
     // Degraded: the object store is the replica. The agent answers again after the upload,
     // checking then that this node still holds the lock.
+    const p = this.pending.find((q) => q.last >= through);
+    if (!p) return;
     const stream = this.stream;
     this.hooks.uploadThrough(p.last).then(
       () => stream?.write({ uploaded: { through: p.last } }),
       (err: Error) => {
-        if (this.pending !== p) return;
-        this.pending = undefined;
-        p.reject(err);
+        if (this.pending.includes(p)) this.failFrom(p.last, err); // else answered meanwhile
       },
     );
+  }
+
+  /** Refuses the batch ending at or after `through` that is still waiting, and every later one. */
+  private failFrom(through: number, err: Error): void {
+    const k = this.pending.findIndex((p) => p.last >= through);
+    if (k < 0) return;
+    for (const p of this.pending.splice(k)) p.reject(err);
   }
 
   /**
@@ -276,9 +290,8 @@ export class PeerAttach {
   }
 
   private failPending(message: string): void {
-    const p = this.pending;
-    this.pending = undefined;
-    p?.reject(new Error(message));
+    const err = new Error(message);
+    for (const p of this.pending.splice(0)) p.reject(err);
     const c = this.confirming;
     this.confirming = undefined;
     c?.reject(Errors.noLeader);

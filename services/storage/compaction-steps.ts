@@ -50,6 +50,14 @@ export class CompactionSteps {
     setImmediate(this.step);
   }
 
+  /**
+   * A removal is under way (kicked, not finished). Its steps run only between batches, so a
+   * cluster's leader keeps one batch in flight meanwhile instead of two (Engine.depth).
+   */
+  get removing(): boolean {
+    return this.started !== 0;
+  }
+
   /** Calls `done(true)` once the history through the compact revision is removed (Compact with physical=true). */
   whenRemoved(done: (ok: boolean) => void): void {
     if (!compactionPending(this.db)) return done(true);

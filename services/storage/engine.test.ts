@@ -296,3 +296,155 @@ test('a leader whose batch is refused while it waits for its fsync (deposed) ans
   assert.deepEqual(unhandled, [], 'no rejection left unhandled (it would stop the storage process)');
   assert.equal(liveVersion(engine.db, Buffer.from('a')), undefined, 'the refused write is not applied');
 });
+
+/** A leader's replicator the test answers by hand: each batch sent waits for ack() or refuse(). */
+function handReplicator() {
+  const sent: { first: number; last: number; resolve(): void; reject(err: Error): void }[] = [];
+  let durableThrough = 0;
+  let changed = () => {};
+  const until = (ok: () => boolean) => new Promise<void>((resolve) => {
+    const check = () => ok() && resolve();
+    changed = check;
+    check();
+  });
+  return {
+    sent,
+    /** Resolves once `count` batches have been sent. */
+    sends: (count: number) => until(() => sent.length >= count),
+    /** Resolves once the leader's own fsync covers `index`. */
+    durable: (index: number) => until(() => durableThrough >= index),
+    replicator: {
+      send: (first: number, last: number) => new Promise<void>((resolve, reject) => {
+        sent.push({ first, last, resolve, reject });
+        changed();
+      }),
+      durable: (through: number) => {
+        durableThrough = through;
+        changed();
+      },
+      confirm: () => Promise.resolve(),
+    },
+  };
+}
+
+/** A cluster leader's engine in a temp dir, its batches answered by hand (handReplicator). */
+function handLeader(t: { after(fn: () => unknown): void }, writePipeline?: number) {
+  const dir = tempDir(t);
+  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' }, ...(writePipeline ? { writePipeline } : {}) });
+  t.after(() => engine.close());
+  const hand = handReplicator();
+  engine.replicate = hand.replicator;
+  return { engine, hand };
+}
+
+const putPrev = (engine: Engine, key: string, value: string) =>
+  submit(engine, Op.PUT, 'etcdserverpb.PutRequest', { key: Buffer.from(key), value: Buffer.from(value), prevKv: true });
+
+test('a leader executes and writes the next batch while one waits for its ACKs: on top of it, invisible until ACKed, applied in order', async (t) => {
+  const { engine, hand } = handLeader(t, 2);
+  engine.becomeLeader(1);
+  const first = putPrev(engine, 'a', '1');
+  await hand.sends(1);
+  const second = putPrev(engine, 'a', '2');
+  await hand.durable(2); // written while the first waits: two batches in flight
+  assert.deepEqual(hand.sent.map((s) => [s.first, s.last]), [[1, 1], [2, 2]]);
+  assert.equal(engine.wal.lastIndex, 2n, 'both are in the WAL');
+  const third = putPrev(engine, 'b', '3');
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(hand.sent.length, 2, 'no third batch while two are in flight');
+  assert.equal(liveVersion(engine.db, Buffer.from('a')), undefined, 'nothing is visible before its ACK');
+  assert.deepEqual([engine.appliedIndex, engine.revision], [0, 1]);
+
+  hand.sent[0].resolve();
+  const r1 = await first;
+  assert.equal(r1.code, 0);
+  assert.equal(num(decode<any>('etcdserverpb.PutResponse', r1.body!).header.revision), 2);
+  assert.equal(Buffer.from(decodeKeyValue(liveVersion(engine.db, Buffer.from('a'))!).value).toString(), '1');
+  assert.deepEqual([engine.appliedIndex, engine.revision], [1, 2], 'readers see the first batch only');
+
+  await hand.sends(3); // the third starts once the first has ended
+  hand.sent[1].resolve();
+  hand.sent[2].resolve();
+  const [r2, r3] = await Promise.all([second, third]);
+  const res2 = decode<any>('etcdserverpb.PutResponse', r2.body!);
+  assert.equal(num(res2.header.revision), 3);
+  assert.equal(Buffer.from(res2.prevKv.value).toString(), '1', 'the second batch executed on top of the first');
+  assert.equal(num(res2.prevKv.modRevision), 2);
+  assert.equal(r3.code, 0);
+  const a = decodeKeyValue(liveVersion(engine.db, Buffer.from('a'))!);
+  assert.deepEqual([Buffer.from(a.value).toString(), a.version, a.createRevision], ['2', 2, 2]);
+  assert.deepEqual([engine.appliedIndex, engine.revision], [3, 4]);
+});
+
+test('a leader batch that is refused fails every batch executed on top of it; they leave the WAL and the next batch takes their place', async (t) => {
+  const { engine, hand } = handLeader(t, 2);
+  engine.becomeLeader(1);
+  const first = put(engine, 'a', '1');
+  await hand.sends(1);
+  const second = put(engine, 'b', '2');
+  await hand.durable(2);
+  assert.equal(engine.wal.lastIndex, 2n);
+  // As the storage side of the peer agent's link does: a refusal of the oldest refuses all.
+  const err = new EtcdError(14, 'etcdserver: leader changed');
+  hand.sent[0].reject(err);
+  hand.sent[1].reject(err);
+  const [r1, r2] = await Promise.all([first, second]);
+  for (const r of [r1, r2]) {
+    assert.equal(r.code, 14);
+    assert.match(r.message!, /outcome is unknown/);
+  }
+  assert.equal(engine.wal.lastIndex, 0n, 'both were dropped from the WAL');
+  assert.deepEqual([engine.appliedIndex, engine.revision, engine.executor.revision], [0, 1, 1]);
+
+  const third = putPrev(engine, 'b', '3');
+  await hand.sends(3);
+  assert.deepEqual([hand.sent[2].first, hand.sent[2].last], [1, 1], 'the next batch reuses the indices');
+  hand.sent[2].resolve();
+  const r3 = decode<any>('etcdserverpb.PutResponse', (await third).body!);
+  assert.equal(num(r3.header.revision), 2, 'and the revision');
+  assert.equal(r3.prevKv, null, 'and does not see the dropped writes');
+  assert.equal(liveVersion(engine.db, Buffer.from('a')), undefined);
+});
+
+test('a refusal that comes while the next batch waits for its turn before the fsync: that batch is not written', async (t) => {
+  const { engine, hand } = handLeader(t, 2);
+  const err = new EtcdError(14, 'etcdserver: leader changed');
+  engine.replicate = {
+    ...hand.replicator,
+    send: (first, last) => {
+      const acked = hand.replicator.send(first, last);
+      // The refusal of the first batch arrives right after the second is handed over, before
+      // the second's fsync (the engine yields one event-loop turn there).
+      if (hand.sent.length >= 2) for (const s of hand.sent) s.reject(err);
+      return acked;
+    },
+  };
+  engine.becomeLeader(1);
+  const first = put(engine, 'a', '1');
+  await hand.sends(1);
+  const second = put(engine, 'b', '2');
+  const [r1, r2] = await Promise.all([first, second]);
+  assert.deepEqual([r1.code, r2.code], [14, 14]);
+  assert.equal(engine.wal.lastIndex, 0n, 'neither is in the WAL');
+  assert.equal((await put(engine, 'c', '3')).code, 14, 'the test refuses every later send too');
+});
+
+test('--write-pipeline auto: one batch in flight until the peer agent says a follower runs on another machine, then two', async (t) => {
+  const { engine, hand } = handLeader(t);
+  engine.becomeLeader(1);
+  const first = put(engine, 'a', '1');
+  await hand.durable(1);
+  const second = put(engine, 'b', '2');
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(hand.sent.length, 1, 'followers on this machine: one batch in flight');
+  hand.sent[0].resolve();
+  await first;
+  await hand.durable(2);
+  engine.followersElsewhere = true;
+  const third = put(engine, 'c', '3');
+  await hand.durable(3);
+  assert.equal(hand.sent.length, 3, 'a follower elsewhere: the next batch goes while one waits');
+  hand.sent[1].resolve();
+  hand.sent[2].resolve();
+  assert.deepEqual((await Promise.all([second, third])).map((r) => r.code), [0, 0]);
+});

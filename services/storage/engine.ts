@@ -9,6 +9,12 @@
 // upload: the batch is executed in a transaction that is ABORTED (keeping the responses and
 // WAL entries), appended to the WAL, uploaded, and then applied through the replay path in a
 // second transaction. Requests arriving meanwhile wait for the next drain.
+//
+// A cluster's leader does the same, waiting for its followers' ACKs instead of an upload, and
+// keeps up to PIPELINE_DEPTH batches in flight: the next batch is executed (on top of the
+// entries of those in flight, applied again inside its aborted transaction), written and sent
+// while the previous one waits for its ACKs. Batches are applied and answered in order, and a
+// batch that fails fails every batch executed after it.
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
@@ -17,6 +23,7 @@ import { META, readMeta, dbPath } from '../../shared/mvcc/schema.js';
 import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../shared/errors.js';
 import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
+import type { WritePipeline } from '../../shared/config.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import { walEntryDebugLog } from './wal/entry-log.js';
 import { encodeFrames, type WalRecord } from './wal/frame.js';
@@ -77,6 +84,42 @@ const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
 /**
+ * --write-pipeline auto: a cluster leader's batches waiting for their ACKs at once while a
+ * follower runs on another machine (docs/benchmarks.md, "A second batch in flight"). One batch
+ * in flight leaves the leader idle for the followers' round trip, network included, while the
+ * next clients' writes queue. With every member on one machine that wait is mostly the
+ * followers' CPU work on the same cores, and more, smaller batches cost CPU they all need.
+ */
+const PIPELINE_DEPTH = 2;
+
+/**
+ * Ops that change who may do what: the gateway checks a write against the auth state in LMDB,
+ * so the batch after one of these executes only once it is applied (else a write refused as
+ * checked at an old auth revision would be checked again, by the gateway, at the same one).
+ */
+const AUTH_CHANGES: ReadonlySet<number> = new Set([
+  Op.AUTH_ENABLE, Op.AUTH_DISABLE, Op.AUTH_USER_ADD, Op.AUTH_USER_DELETE, Op.AUTH_USER_CHANGE_PASSWORD,
+  Op.AUTH_USER_GRANT_ROLE, Op.AUTH_USER_REVOKE_ROLE, Op.AUTH_ROLE_ADD, Op.AUTH_ROLE_DELETE,
+  Op.AUTH_ROLE_GRANT_PERMISSION, Op.AUTH_ROLE_REVOKE_PERMISSION,
+]);
+
+/** A batch executed and written to the WAL, not yet applied to LMDB. */
+interface Flight {
+  last: number;
+  records: WalRecord[];
+  entries: WalEntry[];
+  /** The revision readers see once it is applied. */
+  revision: number;
+  /** It changes auth: nothing executes on top of it before it is applied. */
+  barrier: boolean;
+  /** A batch before it failed: it will never be acknowledged (and was dropped from the WAL). */
+  failed: boolean;
+  /** Resolves true once applied, false once failed. */
+  settled: Promise<boolean>;
+  settle(applied: boolean): void;
+}
+
+/**
  * Cluster mode (services/storage/cluster.ts): the peer agent sets the role. `none` (electing)
  * and `follower` take no client writes; a follower appends and applies what the leader sends.
  */
@@ -122,6 +165,8 @@ export interface EngineOptions {
    * those records stay staged until the role is known.
    */
   cluster?: { memberId: string; clusterId: string };
+  /** Cluster leader: batches in flight at once (--write-pipeline; see depth()). */
+  writePipeline?: WritePipeline;
 }
 
 export class Engine {
@@ -136,10 +181,16 @@ export class Engine {
   private queue: Pending[] = [];
   private scheduled = false;
   private closed = false;
-  /** A batch is between its WAL append and its LMDB apply (sync upload): drains wait. */
-  private inFlight = false;
-  private flight: Promise<void> | undefined;
-  /** The revision LMDB holds while a batch is in flight (the executor's runs ahead). */
+  /** Batches between their execution and their LMDB apply, oldest first (see the header). */
+  private flights: Flight[] = [];
+  /**
+   * Nothing drains while a batch is being executed and written, a failure is being undone, or a
+   * read-only batch awaits proof of leadership (hold()).
+   */
+  private holds = 0;
+  /** The drains under way (close and role changes wait for them). */
+  private readonly running = new Set<Promise<void>>();
+  /** The revision LMDB holds while batches are in flight (the executor's runs ahead). */
   private appliedRevision = 0;
   private index: number;
   private readonly space: DiskSpace;
@@ -151,6 +202,8 @@ export class Engine {
   role: ClusterRole;
   /** Leader: how a batch reaches the followers before it is applied and answered. */
   replicate: Replicator | undefined;
+  /** Leader: a connected follower runs on another machine (the peer agent's Placement). */
+  followersElsewhere = false;
   /** Called when the role changes (storage's main starts or stops leader-only work). */
   onRole: (role: ClusterRole) => void = () => {};
   /**
@@ -174,7 +227,7 @@ export class Engine {
     this.executor = new Executor(db, this.identity);
     this.lessor = new Lessor(db, this.executor, this.identity.memberId, (op, body, done) => this.submit(op, body, done), opts.now);
     this.index = readMeta(db, META.appliedIndex);
-    this.compaction = new CompactionSteps(db, log, () => this.inFlight);
+    this.compaction = new CompactionSteps(db, log, () => this.holds > 0 || this.flights.length > 0);
     this.compaction.resume();
     this.auth = new AuthExecutor(db, () => this.executor.currentHeader(), { tokenTtlMs: opts.tokenTtlMs ?? 300_000 });
     const trace = stages;
@@ -183,7 +236,7 @@ export class Engine {
 
   /** The current revision as readers see it: not that of a batch still being uploaded. */
   get revision(): number {
-    return this.inFlight ? this.appliedRevision : this.executor.revision;
+    return this.flights.length ? this.appliedRevision : this.executor.revision;
   }
 
   /** Opens the WAL of a data directory (cutting a torn tail). */
@@ -251,7 +304,9 @@ export class Engine {
 
   private drain = (): void => {
     this.scheduled = false;
-    if (this.inFlight) return; // the batch in flight drains again once it is applied
+    // Each batch that ends drains again.
+    if (this.holds || this.flights.length >= this.depth()) return;
+    if (this.flights.length && this.flights[this.flights.length - 1].barrier) return;
     const batch = this.queue;
     this.queue = [];
     if (batch.length === 0) return;
@@ -261,10 +316,26 @@ export class Engine {
       return;
     }
     M.writeBatchSize.observe(batch.length);
-    if (this.role === 'leader' && this.replicate) this.flight = this.drainUploading(batch, this.replicate);
-    else if (this.opts.upload) this.flight = this.drainUploading(batch, this.opts.upload);
+    if (this.role === 'leader' && this.replicate) this.track(this.drainUploading(batch, this.replicate));
+    else if (this.opts.upload) this.track(this.drainUploading(batch, this.opts.upload));
     else this.drainLocal(batch);
   };
+
+  /**
+   * How many batches may wait for their ACKs at once: one but on a cluster's leader
+   * (--write-pipeline), and one there too while compacted history is being removed, whose
+   * steps run only between batches.
+   */
+  private depth(): number {
+    if (this.role !== 'leader' || !this.replicate || this.compaction.removing) return 1;
+    const want = this.opts.writePipeline ?? 'auto';
+    return want === 'auto' ? (this.followersElsewhere ? PIPELINE_DEPTH : 1) : want;
+  }
+
+  private track(drain: Promise<void>): void {
+    this.running.add(drain);
+    void drain.finally(() => this.running.delete(drain));
+  }
 
   /** No object store to wait for: execute, append to the WAL and commit in one transaction. */
   private drainLocal(batch: Pending[]): void {
@@ -301,11 +372,11 @@ export class Engine {
   }
 
   /** Stage tracing: the batch through `index` is committed to LMDB (and which revision it ends at). */
-  private stampCommitted(batch: Pending[], index: number): void {
+  private stampCommitted(batch: Pending[], index: number, revision = this.executor.revision): void {
     const trace = stages!;
     trace.stamp(Stage.STORAGE_COMMITTED, index);
     trace.stamp(Stage.STORAGE_RECEIVE, index, microsFromPerformance(batch[0].arrived));
-    trace.link(index, this.executor.revision);
+    trace.link(index, revision);
   }
 
   /**
@@ -313,54 +384,74 @@ export class Engine {
    * store (`Upload`: single node, --wal-sync-upload; it follows the local fsync, as the store must
    * never hold a record the local WAL failed to keep) or may be acknowledged by the cluster
    * (`Replicator`: the followers receive it before the local fsync, and append it meanwhile).
+   * On a leader the next batch may start once this one is durable here (see the header).
    */
   private async drainUploading(batch: Pending[], out: Upload | Replicator): Promise<void> {
     const results: WriteResult[] = new Array(batch.length);
     const records: WalRecord[] = [];
     const entries: WalEntry[] = [];
-    let index = this.index;
+    // The batches in flight: this one executes on top of them, and fails if one of them does.
+    const prior = this.flights.slice();
+    const before = prior[prior.length - 1];
+    let index = before ? before.last : this.index;
     let frames: Buffer;
-    const appliedRevision = this.executor.revision;
+    const revisionBefore = this.executor.revision;
     const replicator = typeof out === 'function' ? undefined : out;
     // The kvs.wal.append spans (tracing on) cover the local append AND the upload: in this mode
     // a batch is appended to the WAL of record once it is in the object store.
     let spans: Span[] | undefined;
+    // Nothing else drains until this batch is durable here (or has failed).
+    const release = this.hold();
     try {
       this.db.env.transactionSync(() => {
-        index = this.executeBatch(batch, results, records, entries);
+        for (const f of prior) {
+          for (let i = 0; i < f.entries.length; i++) applyEntry(this.db, f.entries[i], Number(f.records[i].index));
+        }
+        index = this.executeBatch(batch, results, records, entries, index);
         return ABORT; // nothing visible to readers before it is in the object store
       });
       frames = encodeFrames(records); // validates sizes before anything is written or sent
     } catch (err) {
-      return this.failBatch(batch, err);
+      await before?.settled; // the counters are re-read once no batch is in flight
+      release();
+      this.failBatch(batch, err);
+      this.redrain();
+      return;
     }
     if (records.length === 0) {
       if (replicator) {
         // Only reads (Txns whose outcome wrote nothing): a deposed leader that does not know it
         // yet would answer from a stale state, so they wait for proof of leadership, as a
-        // linearizable Range does (etcd serves read-only Txns through ReadIndex).
-        this.appliedRevision = appliedRevision;
-        this.inFlight = true;
+        // linearizable Range does (etcd serves read-only Txns through ReadIndex). They read the
+        // writes of the batches in flight, so they wait for those too.
         try {
+          if (before && !(await before.settled)) throw new EtcdError(status.UNAVAILABLE, 'kvs: a write this read saw was not acknowledged; retry');
           await replicator.confirm();
         } catch (err) {
-          this.inFlight = false;
+          release();
           const e = err as EtcdError;
           for (const p of batch) this.finish(p, { code: e.code ?? status.UNAVAILABLE, message: e.message });
           this.redrain();
           return;
         }
-        this.inFlight = false;
-        this.redrain();
       }
+      release();
+      this.redrain();
       for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
       return;
     }
     const first = Number(records[0].index);
     stages?.stamp(Stage.STORAGE_EXECUTED, index);
-    this.appliedRevision = appliedRevision;
-    this.inFlight = true;
-    const acked = replicator?.send(first, index, frames, this.executor.revision);
+    if (!before) this.appliedRevision = revisionBefore;
+    let settle!: (applied: boolean) => void;
+    const settled = new Promise<boolean>((resolve) => (settle = resolve));
+    const flight: Flight = {
+      last: index, records, entries, revision: this.executor.revision, failed: false, settled, settle,
+      barrier: batch.some((p) => AUTH_CHANGES.has(p.op)),
+    };
+    this.flights.push(flight);
+    M.writeBatchesInFlight.observe(this.flights.length);
+    const acked = replicator?.send(first, index, frames, flight.revision);
     // Awaited only after the fsync below; a refusal that comes first (deposed while this batch
     // waits its turn) must not count as an unhandled rejection, which would stop the process.
     acked?.catch(() => undefined);
@@ -368,33 +459,43 @@ export class Engine {
     // The batch leaves for the followers only when the event loop next turns (a gRPC write is
     // flushed asynchronously): without this turn it would wait for the blocking fdatasync below,
     // and the followers' append could not overlap it (docs/benchmarks.md, "Where a put's time
-    // goes"). Nothing else drains meanwhile: the batch is in flight.
+    // goes"). Nothing else drains meanwhile (held).
     if (replicator) await new Promise<void>((resolve) => setImmediate(resolve));
-    try {
-      if (this.walSpans) spans = this.walSpans.begin(batch, records.length);
-      this.wal.appendSync(records, frames); // fdatasync
-      stages?.stamp(Stage.STORAGE_FSYNCED, index);
-    } catch (err) {
-      endWalSpans(spans, err);
-      replicator?.durable(index, err as Error);
-      await acked?.catch(() => undefined); // the peer agent has dropped the batch
-      this.inFlight = false;
-      this.failBatch(batch, err);
-      this.redrain();
-      return;
+    // A batch before it may have failed during that turn, and dropped every batch after it:
+    // then this one is not written, and fails below once the peer agent has refused it too.
+    if (!flight.failed) {
+      try {
+        if (this.walSpans) spans = this.walSpans.begin(batch, records.length);
+        this.wal.appendSync(records, frames); // fdatasync
+        stages?.stamp(Stage.STORAGE_FSYNCED, index);
+      } catch (err) {
+        endWalSpans(spans, err);
+        this.flights.pop(); // the last one: nothing was executed after it (held)
+        replicator?.durable(index, err as Error);
+        await acked?.catch(() => undefined); // the peer agent has dropped the batch
+        await before?.settled; // the counters are re-read once no batch is in flight
+        release();
+        settle(false);
+        this.failBatch(batch, err);
+        this.redrain();
+        return;
+      }
+      replicator?.durable(index);
     }
-    replicator?.durable(index);
+    // The next batch may execute and be written while this one waits for its ACKs (a leader;
+    // a single node's upload allows one batch in flight: depth()).
+    release();
+    this.redrain();
     try {
       await (acked ?? (out as Upload)(first, index, frames));
       endWalSpans(spans);
     } catch (err) {
       endWalSpans(spans, err);
-      this.inFlight = false;
       if (this.role !== 'single') {
         // Cluster: the batch was not acknowledged (deposed, or stopping). It is dropped from the
-        // WAL; if a follower kept it, the next leader's log has it and this node receives it
-        // again as a follower. The callers cannot know the outcome.
-        this.dropUnapplied();
+        // WAL with every batch after it; if a follower kept them, the next leader's log has them
+        // and this node receives them again as a follower. The callers cannot know the outcome.
+        await this.dropFrom(flight);
         for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message: `kvs: the write's outcome is unknown: ${(err as Error).message}` });
         this.redrain();
         return;
@@ -404,6 +505,11 @@ export class Engine {
       const message = `kvs: storage stopped before the write reached the object store; its outcome is unknown (${(err as Error).message})`;
       for (const p of batch) this.finish(p, { code: status.UNAVAILABLE, message });
       return;
+    }
+    // Acknowledged in order, so the batch before it has been applied by now.
+    if (before && !(await before.settled)) {
+      this.log.fatal({ first, last: index }, 'a batch was acknowledged after one before it failed; restarting storage');
+      process.exit(1);
     }
     let compacting = false;
     try {
@@ -418,14 +524,48 @@ export class Engine {
       process.exit(1);
     }
     this.index = index;
-    this.inFlight = false;
-    if (stages) this.stampCommitted(batch, index);
+    this.flights.shift();
+    this.appliedRevision = flight.revision;
+    settle(true);
+    if (stages) this.stampCommitted(batch, index, flight.revision);
     if (this.debug) this.log.debug({ entries: records.length, requests: batch.length, index }, 'batch archived and committed');
-    this.feed.publish(records, this.executor.revision, index);
+    this.feed.publish(records, flight.revision, index);
     for (let i = 0; i < batch.length; i++) this.finish(batch[i], results[i]);
     stages?.stamp(Stage.STORAGE_ANSWERED, index);
     this.compaction.kick(compacting);
     this.redrain();
+  }
+
+  /** Holds the drain (see `holds`); the returned function lets go, once. */
+  private hold(): () => void {
+    this.holds++;
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      this.holds--;
+    };
+  }
+
+  /**
+   * A leader's batch in flight was not acknowledged: it and every batch executed after it (on
+   * top of it) are dropped from the WAL, once the batches before it have ended (they may still
+   * be acknowledged). The first of them to fail does the drop; the others just fail.
+   */
+  private async dropFrom(flight: Flight): Promise<void> {
+    const k = this.flights.indexOf(flight);
+    if (flight.failed || k < 0) return;
+    const doomed = this.flights.slice(k);
+    for (const f of doomed) f.failed = true; // one in its turn before the fsync is not written
+    const release = this.hold();
+    await this.flights[this.flights.indexOf(flight) - 1]?.settled;
+    // A batch before it may have failed meanwhile and dropped this one with it.
+    if (this.flights.includes(flight)) {
+      this.flights.splice(this.flights.indexOf(flight));
+      this.dropUnapplied();
+    }
+    release();
+    for (const f of doomed) f.settle(false);
   }
 
   private redrain(): void {
@@ -477,8 +617,9 @@ export class Engine {
     if (term) this.identity.raftTerm = term;
     const was = this.role;
     this.role = role;
+    this.followersElsewhere = false; // a later term's leader is told afresh
     for (const p of this.queue.splice(0)) this.finish(p, Errors.noLeader);
-    await this.flight; // a leader's batch in flight fails (its replicate is refused) first
+    await Promise.all(this.running); // a leader's batches in flight fail (their replicate is refused) first
     if (was !== role) this.onRole(role);
     if (dropStaged) this.dropUnapplied();
     else {
@@ -593,11 +734,11 @@ export class Engine {
 
   /**
    * Executes every request of the batch in order inside the caller's write transaction,
-   * filling `results` and the WAL `records` (and their decoded `entries`). Returns the last
-   * WAL index used. A request that fails with an etcd error fails alone.
+   * filling `results` and the WAL `records` (and their decoded `entries`), numbered from
+   * `after` + 1. Returns the last WAL index used. A request that fails with an etcd error fails alone.
    */
-  private executeBatch(batch: Pending[], results: WriteResult[], records: WalRecord[], entries: WalEntry[]): number {
-    let index = this.index;
+  private executeBatch(batch: Pending[], results: WriteResult[], records: WalRecord[], entries: WalEntry[], after = this.index): number {
+    let index = after;
     for (let i = 0; i < batch.length; i++) {
       const p = batch[i];
       try {
@@ -716,11 +857,12 @@ export class Engine {
     this.lessor.stop();
     this.compaction.stop();
     this.closed = true;
-    if (this.opts.upload) {
-      // Nothing new goes to the object store now: queued writes fail without being executed,
-      // and the batch in flight ends (its upload is cancelled by the caller first).
+    if (this.opts.upload || this.role === 'leader') {
+      // Nothing new goes to the object store or the followers now: queued writes fail without
+      // being executed, and the batches in flight end (their upload is cancelled, or the peer
+      // agent's link closed, by the caller first).
       for (const p of this.queue.splice(0)) this.finish(p, { code: status.UNAVAILABLE, message: 'kvs: storage is shutting down' });
-      await this.flight;
+      await Promise.all(this.running);
     } else if (this.queue.length) this.drain();
     this.wal.close();
     await this.db.env.close();

@@ -33,7 +33,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   const cluster = clusterMode(cfg);
   const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened) : link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
-  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000 });
+  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
   opened = engine;
   let compactor: ReturnType<typeof startAutoCompaction>;
   let attach: PeerAttach | undefined;
