@@ -17,6 +17,7 @@ import { processTree, pssBytes, rssBytes } from './proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
 import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
 import type { ClusterControl } from './workload.js';
+import { startDelayProxy, type DelayProxy } from './delay-proxy.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -172,7 +173,7 @@ async function statuses(members: Member[]): Promise<({ leader: string; memberId:
   );
 }
 
-function makeCluster(system: System, members: Member[], dirs: string[]): BenchCluster {
+function makeCluster(system: System, members: Member[], dirs: string[], proxies: DelayProxy[] = []): BenchCluster {
   let stopped: Promise<void> | undefined;
   const running = () => members.filter((m) => m.pid !== undefined);
   const cluster: BenchCluster = {
@@ -227,17 +228,23 @@ function makeCluster(system: System, members: Member[], dirs: string[]): BenchCl
       (stopped ??= (async () => {
         // All at once (SIGTERM; SIGKILL after 15 s): nothing is measured any more.
         await Promise.all(members.map((m) => m.stop()));
-        await Promise.all(dirs.map(removeDir));
+        await Promise.all([...dirs.map(removeDir), ...proxies.map((p) => p.close())]);
       })()),
   };
   return cluster;
 }
 
-async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, string>): Promise<BenchCluster> {
+/** Each member's peer port behind a delay proxy (--peer-delay), or none for 0 ms. */
+async function peerProxies(ports: number[], delayMs: number): Promise<DelayProxy[]> {
+  return delayMs > 0 ? Promise.all(ports.map((p) => startDelayProxy(p, delayMs))) : [];
+}
+
+async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, string>, peerDelayMs: number): Promise<BenchCluster> {
   const dirs: string[] = [];
   const objects = await tempDir('kvs-bench-objects-');
   dirs.push(objects);
   const ports = await freePorts(3 * n);
+  const proxies = await peerProxies(Array.from({ length: n }, (_, i) => ports[2 * i + 1]!), peerDelayMs);
   const members: Member[] = [];
   for (let i = 0; i < n; i++) {
     const name = `n${i + 1}`;
@@ -251,9 +258,10 @@ async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, s
     const metricsAddr = `127.0.0.1:${ports[2 * n + i]}`;
     const args = [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', endpoint, '--node-id', name, '--peer-listen', `127.0.0.1:${ports[2 * i + 1]}`, '--metrics-addr', metricsAddr];
     args.push('--s3-endpoint', pathToFileURL(objects).href, '--s3-bucket', 'b', '--s3-prefix', 'cluster/', ...extra);
+    if (proxies.length) args.push('--advertise-peer', `127.0.0.1:${proxies[i]!.port}`);
     members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args, `http://${metricsAddr}/metrics`, extraEnv));
   }
-  const cluster = makeCluster('kvs', members, dirs);
+  const cluster = makeCluster('kvs', members, dirs, proxies);
   try {
     // The first alone (it takes the leader lock), then the others together.
     members[0]!.start();
@@ -269,12 +277,15 @@ async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, s
   return cluster;
 }
 
-async function etcdCluster(n: number): Promise<BenchCluster> {
+async function etcdCluster(n: number, peerDelayMs: number): Promise<BenchCluster> {
   const dirs: string[] = [];
   const ports = await freePorts(2 * n);
+  const proxies = await peerProxies(Array.from({ length: n }, (_, i) => ports[2 * i + 1]!), peerDelayMs);
   const token = `kvs-bench-${process.pid}-${Date.now()}`;
   const peerUrl = (i: number) => `http://127.0.0.1:${ports[2 * i + 1]}`;
-  const initial = Array.from({ length: n }, (_, i) => `n${i + 1}=${peerUrl(i)}`).join(',');
+  // What the other members dial: the proxy in front of the peer port, if any.
+  const advertisedPeerUrl = (i: number) => (proxies.length ? `http://127.0.0.1:${proxies[i]!.port}` : peerUrl(i));
+  const initial = Array.from({ length: n }, (_, i) => `n${i + 1}=${advertisedPeerUrl(i)}`).join(',');
   const members: Member[] = [];
   for (let i = 0; i < n; i++) {
     const name = `n${i + 1}`;
@@ -289,7 +300,7 @@ async function etcdCluster(n: number): Promise<BenchCluster> {
       `--listen-client-urls=${clientUrl}`,
       `--advertise-client-urls=${clientUrl}`,
       `--listen-peer-urls=${peerUrl(i)}`,
-      `--initial-advertise-peer-urls=${peerUrl(i)}`,
+      `--initial-advertise-peer-urls=${advertisedPeerUrl(i)}`,
       `--initial-cluster=${initial}`,
       `--initial-cluster-token=${token}`,
       '--initial-cluster-state=new',
@@ -298,7 +309,7 @@ async function etcdCluster(n: number): Promise<BenchCluster> {
     ];
     members.push(new Member('etcd', name, `127.0.0.1:${ports[2 * i]}`, dataDir, ETCD_BIN, args, `${clientUrl}/metrics`));
   }
-  const cluster = makeCluster('etcd', members, dirs);
+  const cluster = makeCluster('etcd', members, dirs, proxies);
   try {
     // Together: a member serves clients only once the cluster has a quorum.
     for (const m of members) m.start();
@@ -350,12 +361,13 @@ async function takesWrites(c: BenchCluster): Promise<void> {
 /**
  * Starts an n-member cluster of `system` and waits until every member names one leader.
  * `kvsArgs`: more flags for every kvs node (--kvs-flags);
- * `kvsEnv`: variables for every kvs node (bench/breakdown.ts: KVS_STAGE_TRACE).
+ * `kvsEnv`: variables for every kvs node (bench/breakdown.ts: KVS_STAGE_TRACE);
+ * `peerDelayMs`: each member's peer port behind a proxy that delays both directions (--peer-delay).
  */
-export async function startCluster(system: System, n: number, kvsArgs: string[] = [], kvsEnv: Record<string, string> = {}): Promise<BenchCluster> {
+export async function startCluster(system: System, n: number, kvsArgs: string[] = [], kvsEnv: Record<string, string> = {}, peerDelayMs = 0): Promise<BenchCluster> {
   for (let attempt = 1; ; attempt++) {
     try {
-      const c = await (system === 'kvs' ? kvsCluster(n, kvsArgs, kvsEnv) : etcdCluster(n));
+      const c = await (system === 'kvs' ? kvsCluster(n, kvsArgs, kvsEnv, peerDelayMs) : etcdCluster(n, peerDelayMs));
       try {
         await takesWrites(c);
       } catch (err) {

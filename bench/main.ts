@@ -47,6 +47,9 @@ workload), runs each workload against both in alternating rounds, prints a table
                         on a radosgw started for the run (needs Debian's radosgw, ceph-mon, ceph-osd)
   --kvs-flags="<flags>" more flags for every \`kvs run\` the bench starts, split on spaces
                         (e.g. --kvs-flags="--log-level warn"; for A/B tests of a server flag)
+  --peer-delay <ms>     cluster workloads: every member's peer port (kvs and etcd alike) behind a
+                        proxy that holds each chunk this long in each direction, as a network
+                        between machines would (default 0: no proxy)
   --load-processes <n>  load-generator processes (default 2)
   --client h2|grpc-js|go  the load generator's client: a gRPC channel on raw node:http2
                         (default, cheapest of the Node ones), @grpc/grpc-js (several times the
@@ -71,6 +74,8 @@ interface Settings {
   loadProcesses: number;
   /** --kvs-flags, split on spaces. */
   kvsFlags: string[];
+  /** --peer-delay, ms (0: no proxy). */
+  peerDelayMs: number;
   client: LoadClient;
   out: string;
   writeDocs: boolean;
@@ -100,6 +105,7 @@ function settings(argv: string[]): Settings | undefined {
       systems: { type: 'string' },
       'load-processes': { type: 'string' },
       'kvs-flags': { type: 'string' },
+      'peer-delay': { type: 'string' },
       client: { type: 'string' },
       out: { type: 'string' },
       'write-docs': { type: 'boolean', default: false },
@@ -151,6 +157,7 @@ function settings(argv: string[]): Settings | undefined {
     systems: systems as System[],
     loadProcesses: Math.round(positive('load-processes', a['load-processes'], 2)),
     kvsFlags,
+    peerDelayMs: a['peer-delay'] === undefined || a['peer-delay'] === '0' ? 0 : positive('peer-delay', a['peer-delay'], 0),
     client,
     out: path.resolve(a.out ?? path.join(REPO_ROOT, '.bench', `results-${stamp}.json`)),
     writeDocs: a['write-docs'],
@@ -304,6 +311,7 @@ async function main(): Promise<number> {
       loadProcesses: s.loadProcesses,
       client: s.client,
       ...(s.kvsFlags.length ? { kvsFlags: s.kvsFlags } : {}),
+      ...(s.peerDelayMs ? { peerDelayMs: s.peerDelayMs } : {}),
       ...(s.endpoints ? { endpoints: s.endpoints } : {}),
     },
     machine,
@@ -340,7 +348,7 @@ async function main(): Promise<number> {
           targets = [];
           for (const system of s.systems) {
             const t0 = Date.now();
-            const c = await startCluster(system, CLUSTER_NODES, s.kvsFlags).catch(async (err: Error & { output?: string }) => {
+            const c = await startCluster(system, CLUSTER_NODES, s.kvsFlags, {}, s.peerDelayMs).catch(async (err: Error & { output?: string }) => {
               if (err.output) await saveLog(s, w, system, err.output);
               throw err;
             });

@@ -64,6 +64,8 @@ export interface Report {
     client: string;
     /** --kvs-flags: the extra flags every `kvs run` of the run had. */
     kvsFlags?: string[];
+    /** --peer-delay: the cluster members' peer ports behind a delaying proxy. */
+    peerDelayMs?: number;
     endpoints?: string[];
   };
   machine: Machine;
@@ -161,7 +163,8 @@ export function machineLine(report: Report): string {
     `node ${v.node}, etcd ${v.etcd ?? '–'}, kvs ${v.kvs}.`,
     `${s.durationS} s measured per workload and system, in ${s.rounds} alternating round${s.rounds > 1 ? 's' : ''} each after ${s.warmupS} s of warm-up; ${int(s.preloadKeys)} preloaded keys;`,
     `${s.keyBytes}-byte keys, ${s.valueBytes}-byte values; parallel = ${s.parallelClients} clients in ${s.loadProcesses} load-generator processes (${s.client} client)` +
-      (s.kvsFlags?.length ? `; kvs run with ${s.kvsFlags.join(' ')}.` : '.'),
+      (s.kvsFlags?.length ? `; kvs run with ${s.kvsFlags.join(' ')}` : '') +
+      (s.peerDelayMs ? `; cluster peer ports behind a proxy delaying each direction by ${s.peerDelayMs} ms.` : '.'),
   ].join(' ');
 }
 
