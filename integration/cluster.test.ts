@@ -239,7 +239,7 @@ async function clusterWithMetrics(t: TestContext, args: string[] = []) {
 }
 
 test('kill -9 of the leader under load: a follower takes over, no acknowledged write is lost, revisions run on', async (t) => {
-  const { nodes, pipelined } = await clusterWithMetrics(t);
+  const { nodes, pipelined } = await clusterWithMetrics(t, ['--write-pipeline', 'auto']); // whatever KVS_WRITE_PIPELINE says
   await killLeaderUnderLoad(t, nodes, 3, 150, async (leader) => {
     // --write-pipeline auto, every member on this machine: one batch in flight.
     const p = await pipelined(leader);

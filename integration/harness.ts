@@ -472,7 +472,7 @@ export interface KvsNode {
 /** Start `node bin/kvs.js run` detached (own process group) and wait for Maintenance.Status. */
 export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> {
   const dataDir = opts.dataDir ?? (await tempDir(t, 'kvs-node-'));
-  const env = cleanEnv(opts.env, (k) => k === 'KVS_LOG_LEVEL' || k === 'KVS_WRITE_PIPELINE');
+  const env = cleanEnv(opts.env, (k) => k === 'KVS_LOG_LEVEL');
   const out = new TailBuffer(1024 * 1024);
   let port = 0;
   let proc: Proc | undefined;
