@@ -36,8 +36,9 @@ test('bad values are refused with the flag named', () => {
   assert.throws(() => resolveConfig({ 'read-consistency': 'eventual' }, {}), /--read-consistency/);
 });
 
-test('--write-pipeline: auto by default, or a whole number of batches from 1 to 4; survives the round trip', () => {
-  assert.equal(resolveConfig({}, {}).writePipeline, 'auto');
+test('--write-pipeline: 1 by default, auto, or a whole number of batches from 1 to 4; survives the round trip', () => {
+  assert.equal(resolveConfig({}, {}).writePipeline, 1);
+  assert.equal(resolveConfig({ 'write-pipeline': 'auto' }, {}).writePipeline, 'auto');
   const two = resolveConfig({ 'write-pipeline': 2 }, {});
   assert.equal(two.writePipeline, 2);
   assert.equal(resolveConfig(Object.fromEntries(configArgs(two).map((a) => a.slice(2).split(/=(.*)/s, 2))), {}).writePipeline, 2);

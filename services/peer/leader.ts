@@ -341,7 +341,9 @@ export class Leadership {
     this.lastIndex = b.first - 1;
     this.o.storage.replicated(b.last, { code: status.UNAVAILABLE, message });
     // Followers may hold the batch: they are cut off, so that they drop it with this node's WAL.
-    for (const f of this.followers.values()) f.call.end();
+    // At once, not when their streams end: an ACK still on its way would count, for the batch
+    // storage sends next at the same indices, entries the follower holds from this one.
+    for (const f of [...this.followers.values()]) this.drop(f, 'it may hold a batch that was dropped');
   }
 
   private commit(b: Batch): void {

@@ -12,6 +12,7 @@ import { Engine, Op, type WriteResult } from './engine.js';
 import { DiskSpace, FreeSpaceError } from './disk-space.js';
 import { dump } from './mvcc/dump.js';
 import { EtcdError } from '../../shared/errors.js';
+import type { WritePipeline } from '../../shared/config.js';
 
 const log = createLogger('test', 'silent');
 
@@ -328,7 +329,7 @@ function handReplicator() {
 }
 
 /** A cluster leader's engine in a temp dir, its batches answered by hand (handReplicator). */
-function handLeader(t: { after(fn: () => unknown): void }, writePipeline?: number) {
+function handLeader(t: { after(fn: () => unknown): void }, writePipeline?: WritePipeline) {
   const dir = tempDir(t);
   const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' }, ...(writePipeline ? { writePipeline } : {}) });
   t.after(() => engine.close());
@@ -430,7 +431,7 @@ test('a refusal that comes while the next batch waits for its turn before the fs
 });
 
 test('--write-pipeline auto: one batch in flight until the peer agent says a follower runs on another machine, then two', async (t) => {
-  const { engine, hand } = handLeader(t);
+  const { engine, hand } = handLeader(t, 'auto');
   engine.becomeLeader(1);
   const first = put(engine, 'a', '1');
   await hand.durable(1);

@@ -84,7 +84,7 @@ const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
 /**
- * --write-pipeline auto: a cluster leader's batches waiting for their ACKs at once while a
+ * --write-pipeline auto (not the default: docs/cluster.md): a cluster leader's batches waiting for their ACKs at once while a
  * follower runs on another machine (docs/benchmarks.md, "A second batch in flight"). One batch
  * in flight leaves the leader idle for the followers' round trip, network included, while the
  * next clients' writes queue. With every member on one machine that wait is mostly the
@@ -328,7 +328,7 @@ export class Engine {
    */
   private depth(): number {
     if (this.role !== 'leader' || !this.replicate || this.compaction.removing) return 1;
-    const want = this.opts.writePipeline ?? 'auto';
+    const want = this.opts.writePipeline ?? 1;
     return want === 'auto' ? (this.followersElsewhere ? PIPELINE_DEPTH : 1) : want;
   }
 
