@@ -17,7 +17,7 @@ import { processTree, pssBytes, rssBytes } from './proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
 import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
 import type { ClusterControl } from './workload.js';
-import { startDelayProxy, type DelayProxy } from './delay-proxy.js';
+import { TcpProxy } from '../chaos/proxy.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -173,7 +173,7 @@ async function statuses(members: Member[]): Promise<({ leader: string; memberId:
   );
 }
 
-function makeCluster(system: System, members: Member[], dirs: string[], proxies: DelayProxy[] = []): BenchCluster {
+function makeCluster(system: System, members: Member[], dirs: string[], proxies: TcpProxy[] = []): BenchCluster {
   let stopped: Promise<void> | undefined;
   const running = () => members.filter((m) => m.pid !== undefined);
   const cluster: BenchCluster = {
@@ -235,8 +235,13 @@ function makeCluster(system: System, members: Member[], dirs: string[], proxies:
 }
 
 /** Each member's peer port behind a delay proxy (--peer-delay), or none for 0 ms. */
-async function peerProxies(ports: number[], delayMs: number): Promise<DelayProxy[]> {
-  return delayMs > 0 ? Promise.all(ports.map((p) => startDelayProxy(p, delayMs))) : [];
+async function peerProxies(ports: number[], delayMs: number): Promise<TcpProxy[]> {
+  if (delayMs <= 0) return [];
+  return Promise.all(ports.map(async (port, i) => {
+    const proxy = new TcpProxy({ name: `peer-${i + 1}`, target: () => port, delayMs });
+    await proxy.start();
+    return proxy;
+  }));
 }
 
 async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, string>, peerDelayMs: number): Promise<BenchCluster> {

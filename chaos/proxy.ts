@@ -9,7 +9,10 @@
 // The mode can be set for all connections or per source, where a source is the node (process
 // tree) that opened the connection, found through /proc (owner.ts). That is how one follower is
 // cut from the leader while the other is not: every follower dials the same advertised address.
+// With `delayMs` it also holds every chunk that long in each direction: a network between
+// machines for members that share one (the bench's --peer-delay).
 import net from 'node:net';
+import { Transform } from 'node:stream';
 import { owningTree } from './owner.js';
 
 export type ProxyMode = 'pass' | 'refuse' | 'hang';
@@ -25,6 +28,21 @@ export interface ProxyOptions {
    * Read when a connection is identified (a restarted node has a new pid).
    */
   readonly sources?: () => ReadonlyMap<number, string>;
+  /** Hold each chunk this long (ms) in each direction while passing; chunks keep their order. */
+  readonly delayMs?: number;
+}
+
+/** Passes every chunk on `ms` later (timers of one duration fire in the order they were set). */
+function delayed(ms: number): Transform {
+  return new Transform({
+    transform(chunk, _encoding, done) {
+      setTimeout(() => this.push(chunk), ms);
+      done();
+    },
+    flush(done) {
+      setTimeout(done, ms); // after the last chunk's timer
+    },
+  });
 }
 
 interface Conn {
@@ -150,8 +168,14 @@ export class TcpProxy {
     const up = c.upstream!;
     if (c.flowing || up.connecting || up.destroyed) return;
     c.flowing = true;
-    c.client.pipe(up);
-    up.pipe(c.client);
+    const d = this.opts.delayMs;
+    if (d) {
+      c.client.pipe(delayed(d)).pipe(up);
+      up.pipe(delayed(d)).pipe(c.client);
+    } else {
+      c.client.pipe(up);
+      up.pipe(c.client);
+    }
     c.client.resume();
     up.resume();
   }
@@ -162,8 +186,9 @@ export class TcpProxy {
       return;
     }
     c.flowing = false;
-    c.client.unpipe(c.upstream!);
-    c.upstream!.unpipe(c.client);
+    // What a delay holds already is on the wire, and arrives.
+    c.client.unpipe();
+    c.upstream!.unpipe();
     c.client.pause();
     c.upstream!.pause();
   }
