@@ -177,6 +177,7 @@ export class Following {
       // No ACK before storage dropped what it staged from an earlier leader (first message):
       // its durable position would count entries this leader never sent.
       let acking = false;
+      let dropping = false;
       // An ACK when more is durable (what the leader waits for); after an apply alone (a commit
       // message, a heartbeat) only now and then, as a sign of life: an ACK per commit message
       // would double the messages of every write, on a machine where CPU is the limit.
@@ -226,11 +227,22 @@ export class Following {
           return;
         }
         if (m.leaving) return finish('leaving');
-        if (!acking) {
+        if (!dropping) {
           // This leader answers: what was staged past `applied` goes (it sends it again). Kept
           // until now: had the leader been gone, this node might have led with those entries.
-          acking = true;
-          void storage.dropStaged(term).catch(() => undefined);
+          // ACKs start with storage's answer, not before: until the drop is done its durable
+          // position still counts the staged entries, and an ACK of it would let the leader
+          // acknowledge a batch at those indices that this node does not hold.
+          dropping = true;
+          storage.dropStaged(term).then(
+            () => {
+              acking = true;
+              // The latest progress, not the answer's: progress that came in the same read
+              // (an append of this leader's entries) went by while ACKs were off.
+              onProgress(storage.progress);
+            },
+            () => finish('failed'),
+          );
         }
         if (m.membersChanged) board.update({ members: m.members });
         const commit = n(m.commitThrough as number);

@@ -86,8 +86,9 @@ interface Batch extends Chunk {
 
 /**
  * `store-unreachable`: a batch asked to go to the object store first did not get there within
- * twice the TTL; the term ends so that the next one (this node's or another's) starts after what
- * the store holds, and a late upload of that batch is not history (wal-history.ts).
+ * twice the TTL, or got there but could not be acknowledged (the lock no longer provably this
+ * node's); the term ends so that the next one (this node's or another's) starts after what the
+ * store holds, and a late upload of that batch is not history (wal-history.ts).
  */
 export type LeaderEnd = 'deposed' | 'stopped' | 'storage-lost' | 'store-unreachable';
 
@@ -322,6 +323,10 @@ export class Leadership {
   private failIfStale(b: Batch): void {
     if (performance.now() - b.since <= 2 * this.o.ttlMs) return;
     this.dropPending(b, 'etcdserver: no leader (the leader cannot reach the object store to prove it still leads)');
+    // Asked to go to the object store first, it may be there (or land later): its indices must
+    // not be reused in this term, where the resent batch would pass for uploaded and a node
+    // catching up from the store would get this one instead.
+    if (b.askedUpload) this.end('store-unreachable');
   }
 
   /**
@@ -348,6 +353,9 @@ export class Leadership {
 
   private commit(b: Batch): void {
     this.pending.shift();
+    // The next batch's time to be acknowledged starts now, as it would with one in flight:
+    // waiting behind this one must not use it up.
+    if (this.pending.length) this.pending[0].since = performance.now();
     this.committedThrough = b.last;
     this.committedRevision = b.revision;
     this.o.storage.replicated(b.last);

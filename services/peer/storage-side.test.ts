@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { MethodDefinition } from '@grpc/grpc-js';
+import { status, type MethodDefinition } from '@grpc/grpc-js';
 import { createLogger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
 import { GrpcServer, type ServerCall } from '../../shared/grpc/http2-server.js';
@@ -13,7 +13,7 @@ import { bindUnix } from '../../shared/grpc/server.js';
 import { Role, StorageSide } from './storage-side.js';
 
 const log = createLogger('test', 'silent');
-const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, { role?: { role: number; term: number } }>;
+const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, { role?: { role: number; term: number }; replicated?: { through: unknown; code: number; message: string } }>;
 
 /** The peer agent's Attach served on a Unix socket, as services/peer/main.ts serves it. */
 async function agentSocket(t: TestContext, side: StorageSide): Promise<string> {
@@ -63,4 +63,34 @@ test('a storage that detaches before answering a role change fails the call wait
   const [progress] = await once(side, 'attached');
   assert.deepEqual(progress, { durableThrough: 4, appliedThrough: 3, revision: 5 });
   assert.deepEqual(await side.setRole(Role.FOLLOWER, 2), { durableThrough: 4, appliedThrough: 4, revision: 6 });
+});
+
+test('a batch no leadership takes (sent as its term ended) is refused at once; one a leadership takes is its to answer', async (t) => {
+  const side = new StorageSide(log);
+  const socket = await agentSocket(t, side);
+  const channel = new UnixH2Channel(socket);
+  t.after(() => channel.close());
+  const call = channel.stream(ATTACH);
+  call.on('error', () => {});
+  const answers: { through: number; code: number; message: string }[] = [];
+  call.on('data', (m) => m.replicated && answers.push({ through: Number(m.replicated.through), code: m.replicated.code, message: m.replicated.message }));
+  call.write({ hello: { appliedIndex: 3, lastIndex: 3, revision: 5 } });
+  await once(side, 'attached');
+  const frames = Buffer.alloc(0);
+
+  // A leadership listens: the batch is its to answer, nothing is sent for it here.
+  const taken: number[] = [];
+  const take = (r: { last: number }) => taken.push(r.last);
+  side.on('replicate', take);
+  call.write({ replicate: { first: 4, last: 4, frames, revision: 6 } });
+  await once(side, 'replicate');
+  side.off('replicate', take);
+
+  // Its term ended (its listeners are gone): storage's next batch, and a seed, find no one.
+  // The batch is refused, as the leader's end() refuses what it holds; a seed needs no answer.
+  call.write({ replicate: { first: 5, last: 5, frames, revision: 7, seed: true } });
+  call.write({ replicate: { first: 6, last: 7, frames, revision: 9 } });
+  await new Promise<void>((resolve) => call.on('data', (m) => m.replicated && resolve()));
+  assert.deepEqual(taken, [4]);
+  assert.deepEqual(answers, [{ through: 7, code: status.UNAVAILABLE, message: 'etcdserver: no leader' }]);
 });

@@ -148,11 +148,15 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
  */
 async function uploadAsNewLeader(engine: Engine, link: ArchiverLink, log: Logger): Promise<void> {
   const wal = engine.wal;
+  // What the WAL holds now is committed (a new leader applied its staged entries first). Not
+  // what it holds after the checkpoint below: this term's batches then in flight may still be
+  // refused, and their indices reused.
+  const committed = wal.lastIndex;
   const reaches = wal.isEmpty ? BigInt(engine.appliedIndex) <= BigInt(link.uploadedThrough) : wal.firstIndex <= BigInt(link.uploadedThrough) + 1n;
   if (!reaches) {
     log.info({ walFirst: Number(wal.firstIndex), uploadedThrough: link.uploadedThrough }, 'the WAL no longer reaches the object store\'s: checkpointing first');
     const c = await link.checkpoint();
     log.info({ checkpoint: c.key, appliedIndex: c.appliedIndex }, 'checkpoint written');
   }
-  await uploadWalTail(wal, link, log);
+  await uploadWalTail(wal, link, log, committed);
 }
