@@ -1,33 +1,13 @@
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { status, type MethodDefinition } from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
 import { createLogger } from '../../shared/log.js';
-import { service } from '../../shared/proto/index.js';
-import { GrpcServer, type ServerCall } from '../../shared/grpc/http2-server.js';
 import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
-import { bindUnix } from '../../shared/grpc/server.js';
 import { Role, StorageSide } from './storage-side.js';
+import { ATTACH, agentSocket } from './test-attach.js';
 
 const log = createLogger('test', 'silent');
-const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, { role?: { role: number; term: number }; replicated?: { through: unknown; code: number; message: string } }>;
-
-/** The peer agent's Attach served on a Unix socket, as services/peer/main.ts serves it. */
-async function agentSocket(t: TestContext, side: StorageSide): Promise<string> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-attach-'));
-  const socket = path.join(dir, 'peer.sock');
-  const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
-  server.addService(service('kvs.peer.Agent'), { Attach: (call: ServerCall<any, unknown>) => side.serve(call) });
-  await bindUnix(server, socket);
-  t.after(async () => {
-    await server.shutdown(100);
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  return socket;
-}
 
 test('a storage that detaches before answering a role change fails the call waiting for its answer; a restarted one attaches afresh', async (t) => {
   const side = new StorageSide(log);
