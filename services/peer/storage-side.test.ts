@@ -1,7 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { status } from '@grpc/grpc-js';
 import { createLogger } from '../../shared/log.js';
 import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
 import { Role, StorageSide } from './storage-side.js';
@@ -45,32 +44,3 @@ test('a storage that detaches before answering a role change fails the call wait
   assert.deepEqual(await side.setRole(Role.FOLLOWER, 2), { durableThrough: 4, appliedThrough: 4, revision: 6 });
 });
 
-test('a batch no leadership takes (sent as its term ended) is refused at once; one a leadership takes is its to answer', async (t) => {
-  const side = new StorageSide(log);
-  const socket = await agentSocket(t, side);
-  const channel = new UnixH2Channel(socket);
-  t.after(() => channel.close());
-  const call = channel.stream(ATTACH);
-  call.on('error', () => {});
-  const answers: { through: number; code: number; message: string }[] = [];
-  call.on('data', (m) => m.replicated && answers.push({ through: Number(m.replicated.through), code: m.replicated.code, message: m.replicated.message }));
-  call.write({ hello: { appliedIndex: 3, lastIndex: 3, revision: 5 } });
-  await once(side, 'attached');
-  const frames = Buffer.alloc(0);
-
-  // A leadership listens: the batch is its to answer, nothing is sent for it here.
-  const taken: number[] = [];
-  const take = (r: { last: number }) => taken.push(r.last);
-  side.on('replicate', take);
-  call.write({ replicate: { first: 4, last: 4, frames, revision: 6 } });
-  await once(side, 'replicate');
-  side.off('replicate', take);
-
-  // Its term ended (its listeners are gone): storage's next batch, and a seed, find no one.
-  // The batch is refused, as the leader's end() refuses what it holds; a seed needs no answer.
-  call.write({ replicate: { first: 5, last: 5, frames, revision: 7, seed: true } });
-  call.write({ replicate: { first: 6, last: 7, frames, revision: 9 } });
-  await new Promise<void>((resolve) => call.on('data', (m) => m.replicated && resolve()));
-  assert.deepEqual(taken, [4]);
-  assert.deepEqual(answers, [{ through: 7, code: status.UNAVAILABLE, message: 'etcdserver: no leader' }]);
-});

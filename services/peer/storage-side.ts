@@ -3,7 +3,6 @@
 // hands up the batches a leader must replicate.
 import type { ServerCall } from '../../shared/grpc/http2-server.js';
 import { EventEmitter } from 'node:events';
-import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 
 import { Role, type RoleValue } from '../../shared/cluster.js';
@@ -81,11 +80,7 @@ export class StorageSide extends EventEmitter {
         this.emit('progress', this.progress);
       } else if (m.replicate) {
         const r = m.replicate;
-        const taken = this.emit('replicate', { first: n(r.first), last: n(r.last), frames: r.frames, revision: n(r.revision), seed: r.seed } satisfies Replicate);
-        // A batch that no leadership takes (sent as its term ended) is refused here: storage
-        // waits for the answer before it gives up the leader's role, so silence would hold it
-        // (and the role change the agent awaits) forever.
-        if (!taken && !r.seed) this.replicated(n(r.last), { code: status.UNAVAILABLE, message: 'etcdserver: no leader' });
+        this.emit('replicate', { first: n(r.first), last: n(r.last), frames: r.frames, revision: n(r.revision), seed: r.seed } satisfies Replicate);
       } else if (m.uploaded) this.emit('uploaded', n(m.uploaded.through));
       else if (m.durable) this.emit('durable', n(m.durable.through), m.durable.error);
       else if (m.confirm) this.emit('confirm', n(m.confirm.id));
