@@ -72,3 +72,39 @@ test('a batch uploaded first, whose lock can then no longer be proven, fails and
   await run;
   assert.equal(ended, 'store-unreachable');
 });
+
+test('a leader that has just taken over answers a ReadIndex only once storage told it what is committed', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-leader-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const lock = new LeaderLock(new LocalObjectStore({ root: dir, bucket: 'b', prefix: '' }));
+  const self: Member = { nodeId: 'n1', memberId: '1', peerUrl: 'http://127.0.0.1:1', clientUrl: 'http://127.0.0.1:2' };
+  const held = await lock.create({ ...self, term: 3, lastSeenNano: nowNano(), epoch: newEpoch() });
+  assert.ok(held);
+
+  // Storage applies what it staged under the previous leader (through 7) before it answers the
+  // role change; the test holds that answer.
+  const side = new StorageSide(log);
+  const storage = await storageEnd(t, side);
+  let roleAsked: (() => void) | undefined;
+  storage.on('data', (m: AgentMessage) => m.role && roleAsked?.());
+  storage.write({ hello: { appliedIndex: 5, lastIndex: 7, revision: 6 } });
+  await side.whenAttached();
+
+  const board = new StateBoard();
+  const leadership = new Leadership({ self, lock, held, storage: side, board, log, bufferSize: 100, ttlMs: TTL_MS, watchIntervalMs: 1000, termStart: 8 });
+  const asked = new Promise<void>((resolve) => (roleAsked = resolve));
+  void leadership.run();
+  t.after(() => leadership.end('stopped'));
+  await asked;
+
+  // The lock is this node's, but what is committed is not known yet: a read waiting for what
+  // this answered would miss what the previous leader acknowledged (5 < 7).
+  assert.throws(() => leadership.readIndex(true), /etcdserver: no leader/);
+
+  // Storage answers; the leadership then publishes itself as leading.
+  assert.equal(board.hasLeader, false);
+  storage.write({ progress: { durableThrough: 7, appliedThrough: 7, revision: 8 } });
+  await board.whenLeader(10_000);
+  assert.equal(board.hasLeader, true);
+  assert.deepEqual(leadership.readIndex(true), { index: 7, revision: 8, term: 3 });
+});

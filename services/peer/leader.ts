@@ -133,6 +133,13 @@ export class Leadership {
   private ended: ((why: LeaderEnd) => void) | undefined;
   private done = false;
   private started = false;
+  /**
+   * Storage took the role and this term's positions are known (run()). Before that the lock is
+   * ours but the committed position is not: a ReadIndex answered then would say 0, and a read
+   * waiting for 0 misses what the previous leader acknowledged (found by chaos/: a stale get on
+   * a follower of a leader that had just taken over).
+   */
+  private serving = false;
   private readonly listeners: [string, (...a: any[]) => void][] = [];
 
   constructor(private readonly o: LeaderOptions) {
@@ -170,6 +177,7 @@ export class Leadership {
     this.lastIndex = p.durableThrough;
     this.committedThrough = p.appliedThrough;
     this.committedRevision = p.revision;
+    this.serving = true;
     this.publishState();
     M.replicationDegraded.set(1);
     log.info({ term: this.term, index: this.committedThrough, revision: this.committedRevision }, 'leading');
@@ -386,6 +394,11 @@ export class Leadership {
     call.on('data', (m: { hello?: { member: Member; fromIndex: unknown }; ack?: { durableThrough: unknown } }) => {
       if (this.done) return;
       if (m.hello && !conn) {
+        if (!this.serving) {
+          // Its positions are not known yet: it would send the follower to the object store.
+          call.emit('error', { code: status.UNAVAILABLE, details: 'kvs: the leader is taking over; try again' });
+          return;
+        }
         // A Hello without a member cannot be admitted (nor logged): found by the port fuzzer,
         // admit() threw on it and the peer process exited.
         if (!m.hello.member?.nodeId) {
@@ -536,7 +549,7 @@ export class Leadership {
    */
   readIndex(forFollower = false): { index: number; revision: number; term: number } {
     this.catchUpTimers();
-    if (this.done || !this.fresh()) throw Errors.noLeader;
+    if (this.done || !this.serving || !this.fresh()) throw Errors.noLeader;
     if (forFollower) this.sendCommitNotice();
     return { index: this.committedThrough, revision: this.committedRevision, term: this.term };
   }
