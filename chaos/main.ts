@@ -40,7 +40,7 @@ sade('chaos', true)
   .option('--out', 'directory for a counterexample picture and, on a failure, the nodes\' logs', '.')
   .option('--log-level', 'the nodes\' --log-level', 'info')
   .option('--once', 'each nemesis once, however long that takes (instead of --duration)')
-  .option('--write-pipeline', 'the cluster nodes\' --write-pipeline: batches a leader keeps in flight (default: theirs, 1)')
+  .option('--write-pipeline', 'the cluster nodes\' --write-pipeline: batches a leader keeps in flight (default: theirs, auto)')
   .action(async (opts: Record<string, unknown>) => {
     const seed = opts.seed === undefined ? Date.now() % 1_000_000 : Number(opts.seed);
     const nodes = Number(opts.nodes);

@@ -25,7 +25,7 @@ export interface ChaosOptions {
   readonly workersPerNode?: number;
   /** The nodes' --log-level (default info); their logs are saved in `outDir` when a run fails. */
   readonly logLevel?: string;
-  /** The nodes' --write-pipeline (cluster only; default: theirs, 1). */
+  /** The nodes' --write-pipeline (cluster only; default: theirs, auto). */
   readonly writePipeline?: string;
   /** Where a counterexample's picture is written. */
   readonly outDir: string;

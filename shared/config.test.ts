@@ -36,8 +36,8 @@ test('bad values are refused with the flag named', () => {
   assert.throws(() => resolveConfig({ 'read-consistency': 'eventual' }, {}), /--read-consistency/);
 });
 
-test('--write-pipeline: 1 by default, auto, or a whole number of batches from 1 to 4; survives the round trip', () => {
-  assert.equal(resolveConfig({}, {}).writePipeline, 1);
+test('--write-pipeline: auto by default, or a whole number of batches from 1 to 4; survives the round trip', () => {
+  assert.equal(resolveConfig({}, {}).writePipeline, 'auto');
   assert.equal(resolveConfig({ 'write-pipeline': 'auto' }, {}).writePipeline, 'auto');
   const two = resolveConfig({ 'write-pipeline': 2 }, {});
   assert.equal(two.writePipeline, 2);

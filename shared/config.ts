@@ -66,7 +66,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('leader-liveness-ttl', 'string', 'How long a follower must see the leader lock unchanged before it takes over (LeaderLivenessTTL)', '6s'),
   flag('leader-watch-interval-sec', 'number', 'Seconds between a leader\'s re-checks of its lock while every follower is connected', '300'),
   flag('peer-buffer-size', 'number', 'Recent WAL entries a leader keeps in memory for followers catching up', '10000'),
-  flag('write-pipeline', 'string', 'Write batches a leader keeps in flight waiting for its followers\' ACKs: 1-4, or auto (2 while a connected follower runs on another machine, else 1); more than 1 is experimental (docs/cluster.md)', '1'),
+  flag('write-pipeline', 'string', 'Write batches a leader keeps in flight waiting for its followers\' ACKs: 1-4, or auto (2 while a connected follower runs on another machine, else 1; docs/cluster.md)', 'auto'),
   flag('peer-tls-ca', 'string', 'PEM CA of peer mutual TLS (with --peer-tls-cert and --peer-tls-key; TLS 1.3 only)'),
   flag('peer-tls-cert', 'string', 'PEM certificate of this node on the peer port (server and client)'),
   flag('peer-tls-key', 'string', 'PEM private key of --peer-tls-cert'),
