@@ -236,6 +236,7 @@ export class Following {
           dropping = true;
           storage.dropStaged(term).then(
             () => {
+              if (settled) return;
               acking = true;
               // The latest progress, not the answer's: progress that came in the same read
               // (an append of this leader's entries) went by while ACKs were off.

@@ -14,7 +14,7 @@ import { Leadership, type LeaderEnd } from './leader.js';
 import { storageEnd, type AgentMessage } from './test-attach.js';
 
 const log = createLogger('test', 'silent');
-const TTL_MS = 600;
+const TTL_MS = 1500;
 
 test('a batch uploaded first, whose lock can then no longer be proven, fails and ends the term: its indices are not reused in it', async (t) => {
   // The object store (a local directory) behind a failpoint: `refuse` fails every lock touch.
@@ -56,11 +56,12 @@ test('a batch uploaded first, whose lock can then no longer be proven, fails and
   await next;
   assert.equal(answers[0].uploadFirst, true);
 
-  // The store now refuses the lock's touches; the upload lands once the lock is no longer
-  // provably this node's (its last touch older than the TTL minus a third) and twice the TTL
-  // after the batch came: the batch fails.
+  // The store now refuses the lock's touches (tried every third of the TTL). The upload lands
+  // once the lock is no longer provably this node's (its last touch older than two thirds of
+  // the TTL) but before twice the TTL has passed: the batch waits for a touch, and at twice the
+  // TTL it fails. (Were the upload still out then, the term would end for that reason instead.)
   fs.writeFileSync(failpoint, 'refuse');
-  await new Promise((resolve) => setTimeout(resolve, 2 * TTL_MS + 100));
+  await new Promise((resolve) => setTimeout(resolve, (4 / 3) * TTL_MS));
   next = nextAnswer();
   storage.write({ uploaded: { through: 1 } });
   await next;
