@@ -7,13 +7,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { open } from 'lmdb';
 import { encodeKeyValue } from '../shared/mvcc/keyvalue.js';
+import { HISTORY_DICTIONARY } from '../shared/mvcc/dictionary.js';
 import { keyRevValue, revKey, EVENT_PUT } from '../shared/mvcc/revision.js';
-import { key as benchKey, value as randomValue, DATA_AREA } from './keys.js';
+import { key as benchKey, value as randomValue, DATA_AREA, jsonKey, jsonValue } from './keys.js';
 
 const HELP = `Usage: npm run layout-size -- [flags]
 
@@ -31,29 +31,15 @@ per key (LMDB's page counts), for one combination of:
                       (as the bench's preload; default); random: keys in random order
   --page-size <bytes> LMDB page size (default 4096, the OS page size)
   --compress <bytes>  LZ4-compress history records above this size (lmdb-js compression;
-                      default 0: off)
+                      default 0: off; kvs compresses above 64)
+  --dictionary kvs|lmdb
+                      what --compress compresses against: kvs's dictionary
+                      (shared/mvcc/dictionary.ts; default) or lmdb-js's built-in one
   -h, --help          this text
 `;
 
 const BATCH = 6;
 const WRITERS = 16;
-
-function jsonValue(i: number): Buffer {
-  const o = {
-    kind: 'ConfigMap',
-    apiVersion: 'v1',
-    metadata: {
-      name: `cm-${i.toString(36)}`,
-      namespace: 'default',
-      uid: randomUUID(),
-      resourceVersion: String(100000 + i),
-      creationTimestamp: new Date(Date.UTC(2026, 0, 1) + i * 1000).toISOString(),
-      labels: { app: 'web' },
-    },
-    data: { mode: 'on' },
-  };
-  return Buffer.from(JSON.stringify(o));
-}
 
 export interface LayoutSize {
   keys: number;
@@ -64,15 +50,15 @@ export interface LayoutSize {
   total: number;
 }
 
-export async function measureLayout(opts: { keys: number; values: 'random' | 'json'; order: 'slices' | 'random'; pageSize: number; compress: number }): Promise<LayoutSize> {
+export async function measureLayout(opts: { keys: number; values: 'random' | 'json'; order: 'slices' | 'random'; pageSize: number; compress: number; dictionary?: 'kvs' | 'lmdb' }): Promise<LayoutSize> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-layout-'));
   const env = open<Buffer, Buffer>({ path: dir, mapSize: 64 * 1024 ** 3, noSync: true, pageSize: opts.pageSize, encoding: 'binary', keyEncoding: 'binary' });
   try {
     const binary = { encoding: 'binary', keyEncoding: 'binary' } as const;
-    const history = env.openDB<Buffer, Buffer>({ name: 'history', ...binary, ...(opts.compress ? { compression: { threshold: opts.compress } } : {}) });
+    const history = env.openDB<Buffer, Buffer>({ name: 'history', ...binary, ...(opts.compress ? { compression: { threshold: opts.compress, ...(opts.dictionary === 'lmdb' ? {} : { dictionary: HISTORY_DICTIONARY }) } } : {}) });
     const keyrevs = env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary });
     const n = opts.keys;
-    const keyOf = (i: number) => (opts.values === 'json' ? Buffer.from(`/registry/configmaps/default/cm-${i.toString(36)}`) : benchKey(DATA_AREA, i));
+    const keyOf = (i: number) => (opts.values === 'json' ? jsonKey(i) : benchKey(DATA_AREA, i));
     // The order: WRITERS contiguous slices interleaved at random, or a random permutation.
     const order = new Uint32Array(n);
     if (opts.order === 'random') {
@@ -128,6 +114,7 @@ async function main(): Promise<void> {
       order: { type: 'string' },
       'page-size': { type: 'string' },
       compress: { type: 'string' },
+      dictionary: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -138,6 +125,7 @@ async function main(): Promise<void> {
     order: (values.order ?? 'slices') as 'slices' | 'random',
     pageSize: Number(values['page-size'] ?? 4096),
     compress: Number(values.compress ?? 0),
+    dictionary: (values.dictionary ?? 'kvs') as 'kvs' | 'lmdb',
   };
   const problem =
     !Number.isInteger(opts.keys) || opts.keys < 1 ? '--keys takes a whole number of at least 1'
@@ -145,6 +133,7 @@ async function main(): Promise<void> {
     : !['slices', 'random'].includes(opts.order) ? `--order is slices or random, not "${opts.order}"`
     : ![4096, 8192, 16384, 32768, 65536].includes(opts.pageSize) ? '--page-size is a power of two from 4096 to 65536'
     : !Number.isInteger(opts.compress) || opts.compress < 0 ? '--compress takes a whole number of bytes (0: off)'
+    : !['kvs', 'lmdb'].includes(opts.dictionary) ? `--dictionary is kvs or lmdb, not "${opts.dictionary}"`
     : undefined;
   if (problem) {
     process.stderr.write(`${problem}\n\n${HELP}`);
@@ -154,7 +143,7 @@ async function main(): Promise<void> {
   const r = await measureLayout(opts);
   process.stdout.write(
     `${r.keys} keys (${r.keyBytes.toFixed(0)} B keys, ${r.valueBytes.toFixed(0)} B ${opts.values} values, order ${opts.order}), ` +
-      `page ${opts.pageSize} B, compression ${opts.compress ? `above ${opts.compress} B` : 'off'}: ` +
+      `page ${opts.pageSize} B, compression ${opts.compress ? `above ${opts.compress} B, ${opts.dictionary}'s dictionary` : 'off'}: ` +
       `history ${r.history.toFixed(0)} + keyrevs ${r.keyrevs.toFixed(0)} = ${r.total.toFixed(0)} B/key\n`,
   );
 }

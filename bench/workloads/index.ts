@@ -4,7 +4,7 @@ import { seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqPutStoreRgw, par
 import { seqGet, parGet } from './get.js';
 import { mixed } from './mixed.js';
 import { range } from './range.js';
-import { size, size10x } from './size.js';
+import { size, size10x, sizeJson } from './size.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
 import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster.js';
@@ -20,7 +20,7 @@ export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterFailover,
 ];
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x, ...CLUSTER_WORKLOADS];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];

@@ -3,6 +3,7 @@
 // The store here is the real local directory store; the gc's delete is made to land at the
 // worst moment (just as the new manifest is written) by running it from the store's put.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
 import { openObjectStore, type ObjectStore } from '../../shared/objectstore/index.js';
 import { GC_RUNNING_PREFIX, parseCheckpointKey, type CheckpointManifest } from '../../shared/objectstore/layout.js';
@@ -16,11 +17,14 @@ import { takeCheckpoint, knownPieces } from './checkpoint.js';
 const log = createLogger('test', 'silent');
 const PIECE = 16 * 1024;
 
-/** Writes `n` keys of 1 KiB at `revision`, recording `appliedIndex` as storage would. */
+/**
+ * Writes `n` keys of 1 KiB at `revision`, recording `appliedIndex` as storage would. Random
+ * bytes: history compresses its records, and the checkpoint must span several pieces.
+ */
 async function write(dataDir: string, from: number, n: number, revision: number, appliedIndex: number): Promise<void> {
   const db = openMvcc(dataDir, { readOnly: false });
   await db.env.transaction(() => {
-    for (let i = from; i < from + n; i++) db.history.put(Buffer.from(`key-${String(i).padStart(6, '0')}`), Buffer.alloc(1024, i % 251));
+    for (let i = from; i < from + n; i++) db.history.put(Buffer.from(`key-${String(i).padStart(6, '0')}`), randomBytes(1024));
     db.meta.put(META.revision, revision);
     db.meta.put(META.appliedIndex, appliedIndex);
   });

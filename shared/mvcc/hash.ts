@@ -102,9 +102,12 @@ export function hashKV(db: MvccDb, requested: number): HashKVResult {
 
 /**
  * Meta entries that differ between nodes with the same data (etcd skips its consistent index);
- * the progress of a compaction's physical removal too.
+ * the progress of a compaction's physical removal too, and the layout (its version, history's
+ * compression dictionary), which depends on the kvs that created or upgraded the database.
  */
-const NODE_LOCAL_META = new Set<string>([META.appliedIndex, META.clusterId, META.memberId, META.compactedThrough, META.compactCursor]);
+const NODE_LOCAL_META = new Set<string>([
+  META.appliedIndex, META.clusterId, META.memberId, META.compactedThrough, META.compactCursor, META.schemaVersion, META.historyDictionary,
+]);
 
 /**
  * While a compaction's physical removal is pending: whether a raw entry of the MVCC tables is

@@ -3,8 +3,13 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { open } from 'lmdb';
 import { dbPath, openMvcc, META, SCHEMA_VERSION, SchemaVersionError } from './schema.js';
+import { HISTORY_DICTIONARY } from './dictionary.js';
+import { decodeKeyValue, encodeKeyValue } from './keyvalue.js';
+import { revKey } from './revision.js';
+import { rawTables } from './tables.js';
 
 function tempDir(t: TestContext): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-schema-'));
@@ -60,7 +65,7 @@ test('a database of the layout before schema versions is refused, read-write (as
       (err: unknown) => {
         assert.ok(err instanceof SchemaVersionError);
         assert.equal(err.found, 1);
-        assert.match(err.message, new RegExp(`the database in ${dbPath(dir).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} uses storage layout version 1, and this kvs reads only version ${SCHEMA_VERSION} \\(it was written by an older kvs\\)`));
+        assert.match(err.message, new RegExp(`the database in ${dbPath(dir).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} uses storage layout version 1, and this kvs reads only versions 2 and ${SCHEMA_VERSION} \\(it was written by an older kvs\\)`));
         assert.match(err.message, /restore a snapshot or object-store checkpoint taken with this version/);
         assert.match(err.message, /empty data directory/);
         return true;
@@ -77,5 +82,79 @@ test('a database of a newer layout is refused', async (t) => {
   const db = openMvcc(dir, { readOnly: false });
   await db.env.transaction(() => db.meta.put(META.schemaVersion, SCHEMA_VERSION + 1));
   await db.env.close();
-  assert.throws(() => openMvcc(dir, { readOnly: false }), new RegExp(`uses storage layout version ${SCHEMA_VERSION + 1}, and this kvs reads only version ${SCHEMA_VERSION} \\(it was written by a newer kvs\\)`));
+  assert.throws(() => openMvcc(dir, { readOnly: false }), new RegExp(`uses storage layout version ${SCHEMA_VERSION + 1}, and this kvs reads only versions 2 and ${SCHEMA_VERSION} \\(it was written by a newer kvs\\)`));
+});
+
+/** A ConfigMap as Kubernetes stores one, as a KeyValue record at revision `rev`. */
+function configMapRecord(rev: number): { key: Buffer; record: Buffer } {
+  const key = Buffer.from(`/registry/configmaps/default/cm-${rev}`);
+  const value = Buffer.from(JSON.stringify({
+    kind: 'ConfigMap', apiVersion: 'v1',
+    metadata: { name: `cm-${rev}`, namespace: 'default', uid: randomUUID(), resourceVersion: String(rev), creationTimestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, rev)).toISOString(), labels: { app: 'web' } },
+    data: { mode: 'on' },
+  }));
+  return { key, record: encodeKeyValue({ key, createRevision: rev, modRevision: rev, version: 1, value, lease: 0n }) };
+}
+
+/** The bytes LMDB holds for history[revKey(rev)], read without decompression. */
+async function rawRecord(dataDir: string, rev: number): Promise<Buffer> {
+  const env = open<Buffer, Buffer>({ path: dbPath(dataDir), maxDbs: 16, readOnly: true, encoding: 'binary', keyEncoding: 'binary' });
+  const raw = Buffer.from(env.openDB<Buffer, Buffer>({ name: 'history', encoding: 'binary', keyEncoding: 'binary' }).getBinary(revKey(rev, 0))!);
+  await env.close();
+  return raw;
+}
+
+test('history records are stored compressed against the database\'s dictionary and read back as written', async (t) => {
+  const dir = tempDir(t);
+  const db = openMvcc(dir, { readOnly: false, writemap: true });
+  assert.deepEqual(Buffer.from(db.meta.get(META.historyDictionary)), HISTORY_DICTIONARY);
+  const written = [2, 3, 4].map((rev) => configMapRecord(rev));
+  await db.env.transaction(() => written.forEach(({ record }, i) => db.history.put(revKey(2 + i, 0), record)));
+  await db.env.close();
+
+  const raw = await rawRecord(dir, 3);
+  assert.ok(raw.length * 2 < written[1]!.record.length, `stored ${raw.length} bytes for a ${written[1]!.record.length}-byte record`);
+  const reader = openMvcc(dir, { readOnly: true });
+  t.after(() => reader.env.close());
+  // getBinaryFast, as the range path reads: a view of lmdb-js's buffer, its length set per read.
+  const fast = reader.history.getBinaryFast(revKey(3, 0))!;
+  assert.deepEqual(Buffer.from(new Uint8Array(fast.buffer, fast.byteOffset, fast.length)), written[1]!.record);
+  assert.deepEqual([...reader.history.getRange({})].map(({ value }) => Buffer.from(value)), written.map((w) => w.record));
+  assert.deepEqual(decodeKeyValue(reader.history.getBinary(revKey(4, 0))!).key, written[2]!.key);
+  const history = rawTables(reader).find((r) => r.name === 'history')!;
+  assert.deepEqual([...history.table.getRange({})].map(({ value }) => Buffer.from(value)), written.map((w) => w.record), 'Hash reads the records, not their compressed bytes');
+});
+
+test('a layout 2 database is upgraded by its writer: its records stay readable beside compressed ones, and a kvs before compression would refuse it', async (t) => {
+  const dir = tempDir(t);
+  // As layout 2 wrote it: version 2, no dictionary, records as they are.
+  const old = openMvcc(dir, { readOnly: false });
+  await old.env.close();
+  const env = open<Buffer, Buffer>({ path: dbPath(dir), maxDbs: 16, encoding: 'binary', keyEncoding: 'binary' });
+  const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
+  const first = configMapRecord(2);
+  await env.transaction(() => {
+    env.openDB<Buffer, Buffer>({ name: 'history', encoding: 'binary', keyEncoding: 'binary' }).put(revKey(2, 0), first.record);
+    meta.put(META.schemaVersion, 2);
+    meta.remove(META.historyDictionary);
+  });
+  await env.close();
+
+  // A reader before the writer (never in a node: storage opens first) sees layout 2 as it is.
+  const early = openMvcc(dir, { readOnly: true });
+  assert.equal(early.meta.get(META.schemaVersion), 2);
+  assert.deepEqual(Buffer.from(early.history.getBinary(revKey(2, 0))!), first.record);
+  await early.env.close();
+
+  const db = openMvcc(dir, { readOnly: false, writemap: true });
+  assert.equal(db.meta.get(META.schemaVersion), SCHEMA_VERSION);
+  const second = configMapRecord(3);
+  await db.env.transaction(() => db.history.put(revKey(3, 0), second.record));
+  await db.env.close();
+  assert.deepEqual(await rawRecord(dir, 2), first.record, 'the old record is left as it was');
+  assert.ok((await rawRecord(dir, 3)).length < second.record.length, 'the new one is compressed');
+  const reader = openMvcc(dir, { readOnly: true });
+  t.after(() => reader.env.close());
+  assert.deepEqual([...reader.history.getRange({})].map(({ value }) => Buffer.from(value)), [first.record, second.record]);
+  assert.equal((await contents(dir)).meta[META.schemaVersion], SCHEMA_VERSION, 'a kvs reading only layout 2 refuses version 3');
 });

@@ -6,7 +6,10 @@
 // from user key to its changes (etcd keeps that index in memory, as its treeIndex).
 //
 //   history    revkey(main, sub) -> mvccpb.KeyValue bytes of that change; a deletion is a
-//              tombstone with only key and mod_revision (version 0), as in etcd's DELETE events
+//              tombstone with only key and mod_revision (version 0), as in etcd's DELETE events.
+//              Records are LZ4-compressed against the dictionary kept in meta (dictionary.ts;
+//              layout 3); lmdb-js compresses on put and decompresses on every read through
+//              this handle, so every reader of history must open it here
 //   keyrevs    user key -> one dup value per change (dupSort), NEWEST FIRST: the inverted
 //              revkey + an event byte (revision.ts). The live version of a key is its first
 //              dup, read from history, if that dup is a PUT; the version live at revision R
@@ -15,13 +18,14 @@
 //              derived from keyrevs, so that counting the live keys in a range is two in-C
 //              counts (keyrevs keys minus deleted keys) instead of a walk over every key
 //   meta       small named counters (revision, compact revision, applied WAL index, ids,
-//              the schema version)
+//              the schema version) and history's compression dictionary
 //   leases     lease id (8 bytes, big-endian two's complement) -> granted TTL (shared/mvcc/leases.ts)
 //   leasekeys  lease id -> user key, one dup value per key attached to the lease (dupSort)
 import path from 'node:path';
 import fs from 'node:fs';
 import { open, type RootDatabase, type Database } from 'lmdb';
 import { openKeyScan, type KeyScan } from './keyindex.js';
+import { COMPRESS_ABOVE, HISTORY_DICTIONARY } from './dictionary.js';
 
 export interface MvccDb {
   env: RootDatabase<Buffer, Buffer>;
@@ -40,9 +44,14 @@ export const MAX_KEY_BYTES = 1978;
 
 /**
  * The version of this layout, kept in meta. 1 (never written: no schemaVersion entry) was the
- * layout with a `kv` table holding a second copy of every live version.
+ * layout with a `kv` table holding a second copy of every live version; 2 that of this file
+ * without compression. A writer opening a version 2 database makes it version 3 (its records
+ * stay as they are, readable beside compressed ones: lmdb-js marks a compressed value by its
+ * first byte, which a KeyValue never starts with), so that a kvs without compression refuses
+ * it rather than misread it.
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
+const READABLE_VERSIONS = new Set([2, SCHEMA_VERSION]);
 
 export const META = {
   revision: 'revision',
@@ -55,6 +64,8 @@ export const META = {
   clusterId: 'clusterId',
   memberId: 'memberId',
   schemaVersion: 'schemaVersion',
+  /** The dictionary history's records are compressed against (layout 3). */
+  historyDictionary: 'historyDictionary',
 } as const;
 
 export function dbPath(dataDir: string): string {
@@ -66,7 +77,7 @@ export class SchemaVersionError extends Error {
   /** `subject`: what holds the database ("the database in <dir>"). */
   constructor(subject: string, readonly found: number) {
     super(
-      `${subject} uses storage layout version ${found}, and this kvs reads only version ${SCHEMA_VERSION}` +
+      `${subject} uses storage layout version ${found}, and this kvs reads only versions ${[...READABLE_VERSIONS].join(' and ')}` +
         (found < SCHEMA_VERSION ? ' (it was written by an older kvs)' : ' (it was written by a newer kvs)') +
         '; its data was not changed. Run the kvs version that wrote it, or restore a snapshot or object-store ' +
         'checkpoint taken with this version, or start this version with an empty data directory',
@@ -107,12 +118,19 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
   }
   const binary = { encoding: 'binary', keyEncoding: 'binary' } as const;
   const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
-  if (!opts.readOnly && meta.get(META.schemaVersion) === undefined) {
-    env.transactionSync(() => meta.putSync(META.schemaVersion, SCHEMA_VERSION));
+  if (!opts.readOnly && meta.get(META.schemaVersion) !== SCHEMA_VERSION) {
+    env.transactionSync(() => {
+      meta.putSync(META.historyDictionary, HISTORY_DICTIONARY);
+      meta.putSync(META.schemaVersion, SCHEMA_VERSION);
+    });
   }
+  // A reader opening a database no writer has opened yet (new, or version 2): nothing in it is
+  // compressed yet, and a writer upgrading it runs before any reader in the same node.
+  const dictionary = meta.get(META.historyDictionary) as Uint8Array | undefined;
+  const compression = dictionary ? { compression: { threshold: COMPRESS_ABOVE, dictionary: Buffer.from(dictionary) } } : {};
   return {
     env,
-    history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary }),
+    history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary, ...compression }),
     keyrevs: env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary }),
     keyScan: openKeyScan(env),
     deleted: env.openDB<Buffer, Buffer>({ name: 'deleted', ...binary }),
@@ -137,7 +155,7 @@ function checkSchema(env: RootDatabase<Buffer, Buffer>, dir: string, readOnly: b
   if (v === undefined) {
     if (tables.size > 1 || meta.getCount() > 0) throw new SchemaVersionError(`the database in ${dir}`, 1);
     if (readOnly) return;
-  } else if (v !== SCHEMA_VERSION) {
+  } else if (!READABLE_VERSIONS.has(v)) {
     throw new SchemaVersionError(`the database in ${dir}`, v);
   }
 }

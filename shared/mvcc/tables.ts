@@ -1,6 +1,7 @@
 // Every named table in the LMDB environment, opened raw (binary keys and values), found by
 // listing the main database: maintenance (Hash, dbSizeInUse) covers tables other components
-// add without being told about them.
+// add without being told about them. `history` is the MVCC handle, which decompresses its
+// records (schema.ts): a raw handle would return the compressed bytes.
 import type { Database } from 'lmdb';
 import type { MvccDb } from './schema.js';
 
@@ -20,7 +21,7 @@ export function rawTables(db: MvccDb): RawTable[] {
   const names = [...db.env.getKeys()].map((k) => Buffer.from(k as Uint8Array)).sort(Buffer.compare);
   return names.map((rawName) => {
     const name = rawName.toString('utf8').replace(/\0$/, '');
-    let table = cache.get(name);
+    let table = name === 'history' ? db.history : cache.get(name);
     if (!table) cache.set(name, (table = db.env.openDB<Buffer, Buffer>({ name, encoding: 'binary', keyEncoding: 'binary' })));
     return { name, rawName, table };
   });
