@@ -85,10 +85,11 @@ const WAL_ENTRY = 'kvs.storage.WalEntry';
 
 /**
  * --write-pipeline auto (the default; docs/cluster.md): a cluster leader's batches waiting for
- * their ACKs at once while a follower runs on another machine (docs/benchmarks.md, "A second batch in flight"). One batch
- * in flight leaves the leader idle for the followers' round trip, network included, while the
- * next clients' writes queue. With every member on one machine that wait is mostly the
- * followers' CPU work on the same cores, and more, smaller batches cost CPU they all need.
+ * their ACKs at once while a follower runs on another machine (docs/benchmarks.md, "A second
+ * batch in flight"). One batch in flight leaves the leader idle for the followers' round trip,
+ * network included, while the next clients' writes queue. With every member on one machine
+ * that wait is mostly the followers' CPU work on the same cores, and more, smaller batches
+ * cost CPU they all need.
  */
 const PIPELINE_DEPTH = 2;
 

@@ -140,7 +140,8 @@ test('a layout 2 database is upgraded by its writer: its records stay readable b
   });
   await env.close();
 
-  // A reader before the writer (never in a node: storage opens first) sees layout 2 as it is.
+  // A reader before the writer (never in a node: storage opens first) sees layout 2 as it is;
+  // it reads with the dictionary the upgrade writes (schema.ts).
   const early = openMvcc(dir, { readOnly: true });
   assert.equal(early.meta.get(META.schemaVersion), 2);
   assert.deepEqual(Buffer.from(early.history.getBinary(revKey(2, 0))!), first.record);

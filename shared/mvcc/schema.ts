@@ -124,13 +124,14 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
       meta.putSync(META.schemaVersion, SCHEMA_VERSION);
     });
   }
-  // A reader opening a database no writer has opened yet (new, or version 2): nothing in it is
-  // compressed yet, and a writer upgrading it runs before any reader in the same node.
-  const dictionary = meta.get(META.historyDictionary) as Uint8Array | undefined;
-  const compression = dictionary ? { compression: { threshold: COMPRESS_ABOVE, dictionary: Buffer.from(dictionary) } } : {};
+  // A reader may open a version 2 database before its writer upgrades it (not in a node, where
+  // storage opens first): it reads with the dictionary that upgrade writes, so records written
+  // after the upgrade read right too, and the uncompressed ones read as they are.
+  const stored = meta.get(META.historyDictionary) as Uint8Array | undefined;
+  const compression = { threshold: COMPRESS_ABOVE, dictionary: stored ? Buffer.from(stored) : HISTORY_DICTIONARY };
   return {
     env,
-    history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary, ...compression }),
+    history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary, compression }),
     keyrevs: env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary }),
     keyScan: openKeyScan(env),
     deleted: env.openDB<Buffer, Buffer>({ name: 'deleted', ...binary }),
