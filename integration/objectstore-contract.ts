@@ -68,10 +68,15 @@ export async function raceProcesses(
       });
       child.once('exit', (code) => reject(new Error(`worker exited (${code}) before it was ready`)));
     });
+    // 'close', not 'exit': a worker can exit before its last output has been read.
     const done = new Promise<{ body: string; won: Record<string, string | false> }>((resolve, reject) => {
-      child.once('exit', (code) => {
+      child.once('close', (code) => {
         if (code !== 0) return reject(new Error(`worker exited with ${code}: ${out}`));
-        resolve({ body: o.body, won: JSON.parse(out.split('\n')[1]!) });
+        try {
+          resolve({ body: o.body, won: JSON.parse(out.split('\n')[1]!) });
+        } catch (err) {
+          reject(new Error(`worker's answer unreadable (${(err as Error).message}): ${JSON.stringify(out)}`));
+        }
       });
     });
     done.catch(() => {});
