@@ -42,6 +42,30 @@ for (const backend of ['kvs', 'etcd'] as const) {
   test(`etcd3 client against ${backend}`, async (t) => {
     const c = await start(t, backend);
 
+    await t.test('many large getAll()s in flight at once: each answer whole, and its own', async () => {
+      // 400 keys of 2 KiB in 8 groups; each value is its key repeated, so a response holding
+      // another's bytes cannot pass. 48 Ranges of 100-800 KiB at once on one connection are
+      // more than the socket and HTTP/2's windows hold: most wait to be written.
+      const key = (g: number, i: number) => `big/${g}/${String(i).padStart(3, '0')}`;
+      const value = (k: string) => k.repeat(Math.ceil(2048 / k.length)).slice(0, 2048);
+      for (let g = 0; g < 8; g++) {
+        await Promise.all(Array.from({ length: 50 }, (_, i) => c.put(key(g, i)).value(value(key(g, i)))));
+      }
+      const reads = Array.from({ length: 48 }, (_, n) => {
+        const prefix = n % 3 === 0 ? 'big/' : `big/${n % 8}/`;
+        return c.getAll().prefix(prefix).strings().then((kvs) => ({ prefix, kvs }));
+      });
+      for (const { prefix, kvs } of await Promise.all(reads)) {
+        const keys = Object.keys(kvs);
+        assert.equal(keys.length, prefix === 'big/' ? 400 : 50, prefix);
+        for (const k of keys) {
+          assert.ok(k.startsWith(prefix), `${k} in a Range of ${prefix}`);
+          assert.equal(kvs[k], value(k), k);
+        }
+      }
+      await c.delete().prefix('big/');
+    });
+
     await t.test('put, get, getAll().prefix(), delete', async () => {
       const put = await c.put('fruit/apple').value('red');
       const rev0 = Number(put.header.revision);

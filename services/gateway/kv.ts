@@ -6,6 +6,7 @@ import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.j
 import { service } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { encodedRange } from '../../shared/mvcc/range.js';
+import { rangeResponseRecycler } from '../../shared/mvcc/responses.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
 import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
@@ -75,7 +76,9 @@ export function kvService(db: MvccDb, link: WriteLink, node: NodeInfo, gate: Aut
       db.env.resetReadTxn();
       // With auth enabled: read on the whole range (an empty key is refused by encodedRange() first, as etcd).
       if (call.request.key.length) gate.caller(call)?.read(call.request.key, call.request.rangeEnd);
-      cb(null, encodedRange(db, rangeParams(call.request), (revision) => node.header(revision)));
+      const body = encodedRange(db, rangeParams(call.request), (revision) => node.header(revision));
+      // A large response's buffer serves a later Range once its bytes are in the socket.
+      cb(null, body, rangeResponseRecycler(body));
     } catch (err) {
       cb(toServiceError(err));
     }

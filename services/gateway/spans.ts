@@ -72,9 +72,9 @@ export class GatewaySpans {
 
   /** `cb`, ending `span` first with the call's outcome. */
   ending<T>(span: Span, cb: UnaryCallback<T>): UnaryCallback<T> {
-    return (err, value) => {
+    return (err, value, written) => {
       end(span, err);
-      cb(err, value);
+      cb(err, value, written);
     };
   }
 

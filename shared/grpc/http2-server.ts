@@ -29,7 +29,11 @@ export interface StatusLike {
   message?: string;
 }
 
-export type UnaryCallback<Res> = (err: StatusLike | null | undefined, value?: Res) => void;
+/**
+ * A unary handler's answer. `written`, with a response: called once the response's bytes are
+ * in the socket, so that the handler may reuse its buffer (not called if the call ends first).
+ */
+export type UnaryCallback<Res> = (err: StatusLike | null | undefined, value?: Res, written?: () => void) => void;
 
 export interface ServerOptions {
   /** The largest request message accepted (grpc's max receive message length). */
@@ -192,7 +196,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
   }
 
   /** Answers a unary call (the handler's callback). */
-  respond(err: StatusLike | null | undefined, value?: Res): void {
+  respond(err: StatusLike | null | undefined, value?: Res, written?: () => void): void {
     if (err) return this.fail(err);
     if (this.finished || this.gone()) return;
     let body: Buffer;
@@ -205,7 +209,7 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.clearDeadline();
     this.headersSent = true;
     this.stream.respond(RESPONSE_BLOCK);
-    writeMessage(this.stream, body);
+    writeMessage(this.stream, body, written);
     this.stream.end(OK_TRAILERS_BLOCK);
   }
 
@@ -517,7 +521,7 @@ export class GrpcServer implements SessionHandler {
 
   private dispatch(route: Route, call: ServerCall<any, any>): void {
     try {
-      if (route.kind === 'unary' || route.kind === 'clientStream') route.handler(call, (err, value) => call.respond(err, value));
+      if (route.kind === 'unary' || route.kind === 'clientStream') route.handler(call, (err, value, written) => call.respond(err, value, written));
       else route.handler(call, noCallback);
     } catch (err) {
       call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });

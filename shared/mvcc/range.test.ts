@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { openMvcc } from './schema.js';
 import { encodedRange, range, readRevisions, type RangeParams } from './range.js';
-import { build, rangeResponse, type Header } from './responses.js';
+import { build, rangeResponse, rangeResponseRecycler, recycleRangeResponse, type Header } from './responses.js';
 import { Executor } from '../../services/storage/mvcc/execute.js';
 
 const b = (s: string) => Buffer.from(s);
@@ -68,4 +68,49 @@ test('encodedRange: the same bytes (or error) as range() and rangeResponse() for
     assert.ok(err);
     assert.throws(() => encodedRange(db, p, header), (e: Error) => e.message === err.message);
   }
+});
+
+test('encodedRange: a large response keeps its bytes until it is given back, and its buffer then serves a later Range', (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-range-'));
+  const db = openMvcc(dir, { readOnly: false });
+  t.after(async () => {
+    await db.env.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  db.env.transactionSync(() => db.meta.putSync('revision', 1));
+  const ex = new Executor(db, { clusterId: '1', memberId: '2', raftTerm: 1 });
+  // 400 keys of 1 KiB: a Range of all of them is above the 64 KiB a response is handed over at.
+  for (let i = 0; i < 400; i++) {
+    db.env.transactionSync(() => ex.put({ key: b(`k${String(i).padStart(3, '0')}`), value: Buffer.alloc(1024, i), lease: 0, prevKv: false, ignoreValue: false, ignoreLease: false }));
+  }
+  const all = params({ key: b('k'), rangeEnd: b('l') });
+  const firstHalf = params({ key: b('k'), rangeEnd: b('k200') });
+  const expected = (p: RangeParams) => {
+    const rr = range(db, p);
+    return build((w) => rangeResponse(w, header(rr.revision), rr.kvs, rr.more, rr.count));
+  };
+
+  // Two responses in flight at once: neither is written over by the other.
+  const a = encodedRange(db, all, header);
+  const aBytes = Buffer.from(a);
+  const c = encodedRange(db, firstHalf, header);
+  assert.notEqual(c.buffer, a.buffer);
+  assert.ok(a.equals(aBytes) && a.equals(expected(all)));
+  assert.ok(c.equals(expected(firstHalf)));
+
+  // Given back (its bytes are in the socket), a's buffer is where a later Range is encoded.
+  recycleRangeResponse(a);
+  recycleRangeResponse(a); // twice is once
+  encodedRange(db, firstHalf, header); // takes the scratch that was allocated after c
+  const d = encodedRange(db, all, header);
+  assert.equal(d.buffer, a.buffer);
+  assert.ok(d.equals(expected(all)));
+  assert.ok(c.equals(expected(firstHalf)), 'a response not given back is never reused');
+
+  // A small response is a copy of its own; giving it back changes nothing.
+  const small = encodedRange(db, params({ key: b('k001') }), header);
+  assert.equal(rangeResponseRecycler(small), undefined);
+  assert.ok(rangeResponseRecycler(c));
+  recycleRangeResponse(small);
+  assert.ok(small.equals(expected(params({ key: b('k001') }))));
 });

@@ -85,15 +85,43 @@ export function embed(w: protobuf.Writer, field: number, fn: (w: protobuf.Writer
   w.ldelim();
 }
 
+/** A response at least this large is handed out in its scratch buffer, not copied out of it. */
+const HAND_OVER_BYTES = 64 * 1024;
+/** The largest scratch kept for reuse: a huge Range's is not kept for the life of the process. */
+const KEEP_BYTES = 16 * 1024 * 1024;
+/** Scratch buffers whose responses have been written out, ready for the next large Range. */
+const spare: Buffer[] = [];
+const SPARE_MAX = 8;
+/** The scratch buffers handed out in responses (weak: a response never given back is collected). */
+const handedOut = new WeakSet<ArrayBuffer>();
+
+/**
+ * Gives a large Range response's buffer back for the next Range, once nothing reads it any
+ * more (the gateway: once its bytes are in the socket). Any other Buffer is left alone.
+ */
+export function recycleRangeResponse(body: Buffer): void {
+  const ab = body.buffer as ArrayBuffer;
+  if (!handedOut.delete(ab) || spare.length >= SPARE_MAX) return;
+  spare.push(Buffer.from(ab, 0, ab.byteLength));
+}
+
+/** For a response handed out in its scratch buffer, what gives that buffer back; else undefined. */
+export function rangeResponseRecycler(body: Buffer): (() => void) | undefined {
+  return handedOut.has(body.buffer as ArrayBuffer) ? () => recycleRangeResponse(body) : undefined;
+}
+
 /**
  * etcdserverpb.RangeResponse written as its records are read: each record is copied once, from
  * LMDB's read buffer into one scratch buffer, instead of into a Buffer of its own and then
  * again through protobufjs's writer (a Buffer and three writer operations per key; a Range
  * of 1,000 keys made 4,000 objects). The bytes equal rangeResponse()'s. One encoder is in use
- * at a time (a gateway reads synchronously); the scratch is kept for the next Range.
+ * at a time (a gateway reads synchronously). A small response is copied out and the scratch
+ * kept; a large one is handed out in the scratch itself, which comes back for a later Range
+ * through recycleRangeResponse(): no copy, and no fresh large Buffer per Range, whose
+ * external memory drove the gateway's major GCs under 1,000-key Ranges (docs/benchmarks.md).
  */
 export class RangeEncoder {
-  private static scratch = Buffer.allocUnsafe(64 * 1024);
+  private static scratch: Buffer = Buffer.allocUnsafe(64 * 1024);
   private buf = RangeEncoder.scratch;
   private len = 0;
 
@@ -125,11 +153,16 @@ export class RangeEncoder {
       b[this.len++] = 0x20;
       this.len = writeVarint(b, this.len, count);
     }
-    const out = Buffer.allocUnsafe(this.len);
-    b.copy(out, 0, 0, this.len);
-    // A huge Range's scratch is not kept for the life of the process.
-    RangeEncoder.scratch = b.length <= 16 * 1024 * 1024 ? b : Buffer.allocUnsafe(64 * 1024);
-    return out;
+    if (this.len < HAND_OVER_BYTES) {
+      const out = Buffer.allocUnsafe(this.len);
+      b.copy(out, 0, 0, this.len);
+      RangeEncoder.scratch = b.length <= KEEP_BYTES ? b : Buffer.allocUnsafe(64 * 1024);
+      return out;
+    }
+    // The next Range encodes into a spare buffer, or a new one the size this one needed.
+    RangeEncoder.scratch = spare.pop() ?? Buffer.allocUnsafe(Math.min(b.length, KEEP_BYTES));
+    if (b.length <= KEEP_BYTES && b.byteOffset === 0 && b.buffer.byteLength === b.length) handedOut.add(b.buffer as ArrayBuffer);
+    return b.subarray(0, this.len);
   }
 
   private room(n: number): void {
