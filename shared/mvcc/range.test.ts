@@ -1,4 +1,4 @@
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -15,7 +15,8 @@ const params = (over: Partial<RangeParams>): RangeParams => ({
   keysOnly: false, countOnly: false, minModRevision: 0, maxModRevision: 0, minCreateRevision: 0, maxCreateRevision: 0, ...over,
 });
 
-test('encodedRange: the same bytes (or error) as range() and rangeResponse() for every kind of Range', (t) => {
+/** A fresh MVCC database in a temporary directory (removed after the test) and its executor. */
+function openStore(t: TestContext) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-range-'));
   const db = openMvcc(dir, { readOnly: false });
   t.after(async () => {
@@ -23,7 +24,11 @@ test('encodedRange: the same bytes (or error) as range() and rangeResponse() for
     fs.rmSync(dir, { recursive: true, force: true });
   });
   db.env.transactionSync(() => db.meta.putSync('revision', 1));
-  const ex = new Executor(db, { clusterId: '1', memberId: '2', raftTerm: 1 });
+  return { db, ex: new Executor(db, { clusterId: '1', memberId: '2', raftTerm: 1 }) };
+}
+
+test('encodedRange: the same bytes (or error) as range() and rangeResponse() for every kind of Range', (t) => {
+  const { db, ex } = openStore(t);
   const put = (key: string, value: Buffer) => db.env.transactionSync(() => ex.put({ key: b(key), value, lease: 0, prevKv: false, ignoreValue: false, ignoreLease: false }));
   const name = (i: number) => `k${String(i).padStart(3, '0')}`;
   // Versions, deletions, and values around a varint length boundary and above the scratch's 64 KiB.
@@ -71,14 +76,7 @@ test('encodedRange: the same bytes (or error) as range() and rangeResponse() for
 });
 
 test('encodedRange: a large response keeps its bytes until it is given back, and its buffer then serves a later Range', (t) => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-range-'));
-  const db = openMvcc(dir, { readOnly: false });
-  t.after(async () => {
-    await db.env.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  db.env.transactionSync(() => db.meta.putSync('revision', 1));
-  const ex = new Executor(db, { clusterId: '1', memberId: '2', raftTerm: 1 });
+  const { db, ex } = openStore(t);
   // 400 keys of 1 KiB: a Range of all of them is above the 64 KiB a response is handed over at.
   for (let i = 0; i < 400; i++) {
     db.env.transactionSync(() => ex.put({ key: b(`k${String(i).padStart(3, '0')}`), value: Buffer.alloc(1024, i), lease: 0, prevKv: false, ignoreValue: false, ignoreLease: false }));
