@@ -91,7 +91,9 @@ const HAND_OVER_BYTES = 64 * 1024;
 const KEEP_BYTES = 16 * 1024 * 1024;
 /** Scratch buffers whose responses have been written out, ready for the next large Range. */
 const spare: Buffer[] = [];
-const SPARE_MAX = 8;
+/** At most this many bytes of them are kept (a few 1,000-key Ranges' worth, or one huge one). */
+const SPARE_BYTES = 16 * 1024 * 1024;
+let spareBytes = 0;
 /** The scratch buffers handed out in responses (weak: a response never given back is collected). */
 const handedOut = new WeakSet<ArrayBuffer>();
 
@@ -101,7 +103,8 @@ const handedOut = new WeakSet<ArrayBuffer>();
  */
 export function recycleRangeResponse(body: Buffer): void {
   const ab = body.buffer as ArrayBuffer;
-  if (!handedOut.delete(ab) || spare.length >= SPARE_MAX) return;
+  if (!handedOut.delete(ab) || spareBytes + ab.byteLength > SPARE_BYTES) return;
+  spareBytes += ab.byteLength;
   spare.push(Buffer.from(ab, 0, ab.byteLength));
 }
 
@@ -159,9 +162,13 @@ export class RangeEncoder {
       RangeEncoder.scratch = b.length <= KEEP_BYTES ? b : Buffer.allocUnsafe(64 * 1024);
       return out;
     }
-    // The next Range encodes into a spare buffer, or a new one the size this one needed.
-    RangeEncoder.scratch = spare.pop() ?? Buffer.allocUnsafe(Math.min(b.length, KEEP_BYTES));
-    if (b.length <= KEEP_BYTES && b.byteOffset === 0 && b.buffer.byteLength === b.length) handedOut.add(b.buffer as ArrayBuffer);
+    // The next Range encodes into a spare buffer, or a new one the size this one needed (a
+    // huge one's buffer is neither kept nor matched).
+    const keep = b.length <= KEEP_BYTES;
+    const next = spare.pop();
+    if (next) spareBytes -= next.length;
+    RangeEncoder.scratch = next ?? Buffer.allocUnsafe(keep ? b.length : 64 * 1024);
+    if (keep && b.byteOffset === 0 && b.buffer.byteLength === b.length) handedOut.add(b.buffer as ArrayBuffer);
     return b.subarray(0, this.len);
   }
 
