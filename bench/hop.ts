@@ -66,7 +66,10 @@ function serve(transport: Transport, sock: string, idleMs: number): void {
   // The answer carries when its request arrived and when it leaves.
   const echo = (m: Buffer, write: (m: Buffer) => void) => {
     m.writeDoubleLE(nowMicros(), ECHO_RECEIVED_AT);
-    const answer = () => write((m.writeDoubleLE(nowMicros(), SENT_AT), m));
+    const answer = () => {
+      m.writeDoubleLE(nowMicros(), SENT_AT);
+      write(m);
+    };
     if (idleMs > 0) setTimeout(answer, idleMs);
     else answer();
   };
