@@ -9,6 +9,7 @@ import zlib from 'node:zlib';
 import { Flag, FrameType, PREFACE, frame, goaway, grpcHeaders, grpcMessage, headerBlock, priority, rstStream, settings, windowUpdate } from './h2-frames.js';
 import { http2Frames, rawExchange } from './raw-socket.js';
 import { UNDECODABLE, type MethodInfo } from './bodies.js';
+import { staysInScratch } from './scratch-guard.js';
 import type { Rand } from './random.js';
 
 /**
@@ -319,7 +320,11 @@ function streamPlan(rand: Rand, spec: TargetSpec): StreamPlan {
   const writes: Buffer[] = [];
   for (const body of spec.messages(rand, method)) {
     let msg: Buffer;
-    const kind = rand.weighted([[12, 'plain'], [1, 'short-length'], [1, 'long-length'], [1, 'huge-length'], [1, 'oversized']] as const);
+    let kind = rand.weighted([[12, 'plain'], [1, 'short-length'], [1, 'long-length'], [1, 'huge-length'], [1, 'oversized']] as const);
+    // A short length makes the server read the body's first bytes as the message, and execute
+    // it: that message must pass the scratch guard too (seed 20261129: a 1-byte body read as an
+    // empty LockRequest, which takes a new lease and locks "/<lease>", outside the scratch).
+    if (kind === 'short-length' && !staysInScratch(method.path, body.subarray(0, Math.max(0, body.length - 1)))) kind = 'plain';
     if (compression === 'gzip') {
       msg = grpcMessage(headers['grpc-encoding'] === 'deflate' ? zlib.deflateSync(body) : zlib.gzipSync(body), { compressed: true });
     } else if (compression === 'lie') msg = grpcMessage(body, { compressed: true });
