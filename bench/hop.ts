@@ -29,7 +29,8 @@ const HELP = `Usage: npm run hop -- [flags]
 
 Sends a 300-byte message to a child process over a Unix socket and back, one at a time, over
 grpc-js (a bidi stream), a bare node:http2 stream and a bare socket, and prints the round trip
-(µs: p50, p90, p99) and each side's CPU per round trip.
+(µs: p50, p90, p99), each one-way crossing's median ("there", "back": both processes stamp
+one monotonic clock) and each side's CPU per round trip.
 
   --round-trips <n>   measured round trips per transport (default 5000; 10 % more as warm-up)
   --transports a,b    which (default grpc-js,h2,unix)
