@@ -182,15 +182,18 @@ function describe(r: SystemResult): string {
 
 /** One workload against every target: preload, alternating rounds, measure. */
 async function runWorkload(w: Workload, targets: Target[], load: LoadGenerator, s: Settings, preloaded: Set<string>): Promise<SystemResult[]> {
-  const preloadKeys = s.preloadKeys * (w.preloadScale ?? 1);
+  const preloadKeys = Math.round(s.preloadKeys * (w.preloadScale ?? 1));
+  const revisions = w.preloadRevisions ?? 1;
   const opts: WorkloadOptions = { preloadKeys, valueBytes: VALUE_BYTES, quick: s.quick };
   for (const t of targets) {
-    if (!w.preload || preloaded.has(`${t.name} ${preloadKeys}`)) continue;
+    const dataSet = `${t.name} ${preloadKeys} × ${revisions}`;
+    if (!w.preload || preloaded.has(dataSet)) continue;
     const t0 = Date.now();
-    await load.preload(t.preloadEndpoint ?? t.endpoints[0]!, preloadKeys, PARALLEL, VALUE_BYTES);
-    log(`  ${t.name}: preloaded ${preloadKeys.toLocaleString('en-US')} keys in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    for (let r = 0; r < revisions; r++) await load.preload(t.preloadEndpoint ?? t.endpoints[0]!, preloadKeys, PARALLEL, VALUE_BYTES);
+    const times = revisions > 1 ? `, each ${revisions} times,` : '';
+    log(`  ${t.name}: preloaded ${preloadKeys.toLocaleString('en-US')} keys${times} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     // Servers started here are fresh for each workload; with --endpoints the data set stays.
-    if (!t.server) preloaded.add(`${t.name} ${preloadKeys}`);
+    if (!t.server) preloaded.add(dataSet);
   }
   if (w.auth) {
     for (const t of targets) {

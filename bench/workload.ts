@@ -98,6 +98,8 @@ export interface Workload {
   preload: boolean;
   /** Preloads this many times --preload keys instead (size-10x: 1,000,000 by default). */
   preloadScale?: number;
+  /** Writes the data set this many times over, so each key has as many changes (default 1). */
+  preloadRevisions?: number;
   /** Builds one client's operation (load-generator process). */
   op?(ctx: OpContext): Op;
   /** The same op in the Go load generator; without it, the workload does not run with `--client go`. */

@@ -3,7 +3,7 @@ import type { Workload } from '../workload.js';
 import { seqPut, parPut, seqPutStoreLocal, parPutStoreLocal, seqPutStoreRgw, parPutStoreRgw } from './put.js';
 import { seqGet, parGet } from './get.js';
 import { mixed } from './mixed.js';
-import { range } from './range.js';
+import { range, rangeHistory } from './range.js';
 import { size, size10x, sizeJson } from './size.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
@@ -20,7 +20,7 @@ export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterFailover,
 ];
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, watch, watchFanout, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];

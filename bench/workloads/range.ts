@@ -1,5 +1,7 @@
 // range: Range of 1,000 consecutive preloaded keys ([k_i, k_i+1000), so neither server has to
 // count past the end of the page), 16 clients. Reports MB/s of responses besides ops/s.
+// range-history: the same over keys with ten changes each, none compacted (as Kubernetes
+// objects updated between compactions are): a tenth of the data set, written ten times.
 import { DATA_AREA, key, randomIndex } from '../keys.js';
 import { PARALLEL, checkFirst, expectKvs, type Workload } from '../workload.js';
 
@@ -20,4 +22,14 @@ export const range: Workload = {
   go: 'range',
   measure: async (_target, run) => ({ mbPerSec: run.durationS > 0 ? run.bytes / run.durationS / 1e6 : 0 }),
   metrics: [{ key: 'mbPerSec', label: 'MB/s', format: (v) => `${v.toFixed(1)} MB/s`, better: 'higher' }],
+};
+
+export const RANGE_HISTORY_REVISIONS = 10;
+
+export const rangeHistory: Workload = {
+  ...range,
+  name: 'range-history',
+  summary: `${range.summary}, each key with ${RANGE_HISTORY_REVISIONS} changes (a tenth of the data set, written ${RANGE_HISTORY_REVISIONS} times)`,
+  preloadScale: 1 / RANGE_HISTORY_REVISIONS,
+  preloadRevisions: RANGE_HISTORY_REVISIONS,
 };

@@ -1,9 +1,6 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { openMvcc } from './schema.js';
+import { tempMvccDb } from './temp-db.js';
 import { encodedRange, range, readRevisions, type RangeParams } from './range.js';
 import { build, rangeResponse, rangeResponseRecycler, recycleRangeResponse, type Header } from './responses.js';
 import { Executor } from '../../services/storage/mvcc/execute.js';
@@ -17,13 +14,7 @@ const params = (over: Partial<RangeParams>): RangeParams => ({
 
 /** A fresh MVCC database in a temporary directory (removed after the test) and its executor. */
 function openStore(t: TestContext) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-range-'));
-  const db = openMvcc(dir, { readOnly: false });
-  t.after(async () => {
-    await db.env.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  db.env.transactionSync(() => db.meta.putSync('revision', 1));
+  const db = tempMvccDb(t, 'kvs-range-');
   return { db, ex: new Executor(db, { clusterId: '1', memberId: '2', raftTerm: 1 }) };
 }
 

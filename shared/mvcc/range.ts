@@ -4,7 +4,8 @@
 import type { MvccDb } from './schema.js';
 import { META, MAX_KEY_BYTES, readMeta } from './schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from './keyvalue.js';
-import { liveCount, liveRecord, recordAt, scanLive, type Bounds } from './keyindex.js';
+import { liveCount, liveRecord, recordAt, recordOf, scanLive, scanRefs, type Bounds } from './keyindex.js';
+import { refIsPut } from './revision.js';
 import { Errors } from '../errors.js';
 import { RangeEncoder, build, rangeResponse, type Header } from './responses.js';
 
@@ -113,19 +114,14 @@ export function walkRange(
     });
     return limit > 0 && n >= limit ? liveCount(db, bounds) : n;
   }
-  // In the past: walk every key that ever had a version in range.
+  // In the past: every key that had a version at rev, counted past the limit.
   let count = 0;
-  let visited = 0;
-  for (const k of db.keyrevs.getKeys({ ...bounds })) {
-    const want = !countOnly && (limit <= 0 || visited < limit);
-    const v = recordAt(db, k, rev, !want);
-    if (!v) continue;
+  scanRefs(db, bounds, rev, (ref) => {
+    if (!refIsPut(ref)) return true;
+    if (!countOnly && (limit <= 0 || count < limit)) visit(recordOf(db, ref));
     count++;
-    if (want) {
-      visit(v);
-      visited++;
-    }
-  }
+    return true;
+  });
   return count;
 }
 

@@ -1,9 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { openMvcc, type MvccDb } from '../../../shared/mvcc/schema.js';
+import type { MvccDb } from '../../../shared/mvcc/schema.js';
+import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
 import { decodeKeyValue, encodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
 import { liveCount, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { mainOf, refIsPut, refMain, refRevKey, revKey } from '../../../shared/mvcc/revision.js';
@@ -19,14 +17,7 @@ import { Lessor } from '../lease/lessor.js';
 const id = { clusterId: '1', memberId: '2', raftTerm: 1 };
 
 function tempDb(t: { after(fn: () => unknown): void }): MvccDb {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-exec-'));
-  const db = openMvcc(dir, { readOnly: false });
-  t.after(async () => {
-    await db.env.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  db.env.transactionSync(() => db.meta.putSync('revision', 1));
-  return db;
+  return tempMvccDb(t, 'kvs-exec-');
 }
 
 const b = (s: string) => Buffer.from(s);
