@@ -69,8 +69,13 @@ export const MAX_HEADER_LIST = 64 * 1024;
  * window a moment late must not count as stalled (the watch hub then serves it from history).
  */
 const HIGH_WATER = 1024 * 1024;
-/** Output up to this size is joined into one buffer for one socket write. */
-const JOIN_LIMIT = 64 * 1024;
+/**
+ * Output up to this size is joined into one buffer for one socket write; larger output goes
+ * out as it is, in one writev. A client with 64 KiB windows (grpc-js's default) takes a large
+ * response 32–48 KiB per window update: joining copied each such piece into a fresh buffer,
+ * which cost the gateway more CPU and GC than the writev (2.5–3.4 → 1.6 ms per 1,000-key Range).
+ */
+const JOIN_LIMIT = 16 * 1024;
 
 const EMPTY = Buffer.alloc(0);
 
