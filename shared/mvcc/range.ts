@@ -203,13 +203,13 @@ export function range(db: MvccDb, p: RangeParams, revs: Revisions = readRevision
 
 /**
  * A Range's encoded etcdserverpb.RangeResponse. Its common case (no revision filters, key
- * order, values wanted) is encoded while the keys are walked (RangeEncoder: one copy per
+ * order, not count_only) is encoded while the keys are walked (RangeEncoder: one copy per
  * record); any other is range() and rangeResponse(). `header`: the response's header, given
  * the current revision (etcd's header revision, also for a read in the past).
  */
 export function encodedRange(db: MvccDb, p: RangeParams, header: (revision: number) => Header, revs: Revisions = readRevisions(db)): Buffer {
   const general =
-    p.countOnly || p.keysOnly || p.minModRevision || p.maxModRevision || p.minCreateRevision || p.maxCreateRevision ||
+    p.countOnly || p.minModRevision || p.maxModRevision || p.minCreateRevision || p.maxCreateRevision ||
     (p.sortOrder !== SortOrder.NONE && p.sortOrder !== SortOrder.ASCEND) || p.sortTarget !== SortTarget.KEY;
   if (general) {
     const rr = range(db, p, revs);
@@ -224,7 +224,8 @@ export function encodedRange(db: MvccDb, p: RangeParams, header: (revision: numb
   const count = walkRange(db, p.key, p.rangeEnd, rev, revs.current, p.limit > 0 ? p.limit + 1 : 0, false, (record) => {
     if (p.limit > 0 && written === p.limit) more = true;
     else {
-      out.kv(record);
+      if (p.keysOnly) out.kvWithoutValue(record);
+      else out.kv(record);
       written++;
     }
   });

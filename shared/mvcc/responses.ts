@@ -113,11 +113,38 @@ export function rangeResponseRecycler(body: Buffer): (() => void) | undefined {
   return handedOut.has(body.buffer as ArrayBuffer) ? () => recycleRangeResponse(body) : undefined;
 }
 
+/** Where an encoded KeyValue's value field (5) is, tag included: [from, to), empty if it has none. */
+function valueField(record: Uint8Array): [number, number] {
+  let pos = 0;
+  const varint = () => {
+    let n = 0;
+    for (let shift = 1; ; shift *= 128) {
+      const byte = record[pos++]!;
+      n += (byte & 0x7f) * shift;
+      if (byte < 0x80) return n;
+    }
+  };
+  while (pos < record.length) {
+    const from = pos;
+    const tag = varint();
+    const wireType = tag & 7;
+    if (wireType === 0) varint();
+    else if (wireType === 2) {
+      const n = varint(); // read before pos is: `pos += varint()` would add to the old pos
+      pos += n;
+    }
+    else throw new Error(`kvs: a stored KeyValue has a field of wire type ${wireType}: the database is damaged`);
+    if (tag >>> 3 === 5) return [from, pos];
+  }
+  return [pos, pos];
+}
+
 /**
  * etcdserverpb.RangeResponse written as its records are read: each record is copied once, from
  * LMDB's read buffer into one scratch buffer, instead of into a Buffer of its own and then
  * again through protobufjs's writer (a Buffer and three writer operations per key; a Range
- * of 1,000 keys made 4,000 objects). The bytes equal rangeResponse()'s. One encoder is in use
+ * of 1,000 keys made 4,000 objects), or without their values for keys_only. The bytes equal
+ * rangeResponse()'s. One encoder is in use
  * at a time (a gateway reads synchronously). A small response is copied out and the scratch
  * kept; a large one is handed out in the scratch itself, which comes back for a later Range
  * through recycleRangeResponse(): no copy, and no fresh large Buffer per Range, whose
@@ -142,6 +169,19 @@ export class RangeEncoder {
     this.len = writeVarint(b, this.len, record.length);
     b.set(record, this.len);
     this.len += record.length;
+  }
+
+  /** Appends one encoded mvccpb.KeyValue without its value (keys_only), as etcd answers it. */
+  kvWithoutValue(record: Uint8Array): void {
+    const [from, to] = valueField(record);
+    const n = record.length - (to - from);
+    this.room(n + 6);
+    const b = this.buf;
+    b[this.len++] = 0x12; // field 2, length-delimited
+    this.len = writeVarint(b, this.len, n);
+    b.set(record.subarray(0, from), this.len);
+    b.set(record.subarray(to), this.len + from);
+    this.len += n;
   }
 
   /** The response's bytes (a copy: the scratch is reused). */
