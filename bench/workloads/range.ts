@@ -24,7 +24,7 @@ export const range: Workload = {
   metrics: [{ key: 'mbPerSec', label: 'MB/s', format: (v) => `${v.toFixed(1)} MB/s`, better: 'higher' }],
 };
 
-export const RANGE_HISTORY_REVISIONS = 10;
+const RANGE_HISTORY_REVISIONS = 10;
 
 export const rangeHistory: Workload = {
   ...range,

@@ -128,11 +128,11 @@ function valueField(record: Uint8Array): [number, number] {
     const from = pos;
     const tag = varint();
     const wireType = tag & 7;
-    if (wireType === 0) varint();
-    else if (wireType === 2) {
-      const n = varint(); // read before pos is: `pos += varint()` would add to the old pos
+    if (wireType === 2) {
+      // Not `pos += varint()`: that reads pos before the varint moves it.
+      const n = varint();
       pos += n;
-    }
+    } else if (wireType === 0) varint();
     else throw new Error(`kvs: a stored KeyValue has a field of wire type ${wireType}: the database is damaged`);
     if (tag >>> 3 === 5) return [from, pos];
   }
@@ -144,9 +144,8 @@ function valueField(record: Uint8Array): [number, number] {
  * LMDB's read buffer into one scratch buffer, instead of into a Buffer of its own and then
  * again through protobufjs's writer (a Buffer and three writer operations per key; a Range
  * of 1,000 keys made 4,000 objects), or without their values for keys_only. The bytes equal
- * rangeResponse()'s. One encoder is in use
- * at a time (a gateway reads synchronously). A small response is copied out and the scratch
- * kept; a large one is handed out in the scratch itself, which comes back for a later Range
+ * rangeResponse()'s. One encoder is in use at a time (a gateway reads synchronously). A small
+ * response is copied out and the scratch kept; a large one is handed out in the scratch itself, which comes back for a later Range
  * through recycleRangeResponse(): no copy, and no fresh large Buffer per Range, whose
  * external memory drove the gateway's major GCs under 1,000-key Ranges (docs/benchmarks.md).
  */
