@@ -115,10 +115,12 @@ export function rangeResponseRecycler(body: Buffer): (() => void) | undefined {
 
 /** Where an encoded KeyValue's value field (5) is, tag included: [from, to), empty if it has none. */
 function valueField(record: Uint8Array): [number, number] {
+  const damaged = (what: string) => new Error(`kvs: a stored KeyValue ${what}: the database is damaged`);
   let pos = 0;
   const varint = () => {
     let n = 0;
     for (let shift = 1; ; shift *= 128) {
+      if (pos >= record.length) throw damaged('ends inside a field');
       const byte = record[pos++]!;
       n += (byte & 0x7f) * shift;
       if (byte < 0x80) return n;
@@ -133,7 +135,7 @@ function valueField(record: Uint8Array): [number, number] {
       const n = varint();
       pos += n;
     } else if (wireType === 0) varint();
-    else throw new Error(`kvs: a stored KeyValue has a field of wire type ${wireType}: the database is damaged`);
+    else throw damaged(`has a field of wire type ${wireType}`);
     if (tag >>> 3 === 5) return [from, pos];
   }
   return [pos, pos];
