@@ -219,6 +219,7 @@ export function scanRefs(db: MvccDb, b: Bounds, rev: number, visit: (ref: Uint8A
   let skipped = 0;
   // Whether the key the walk is on has had its ref visited (or has none at or below rev).
   let settled = false;
+  let resumeFrom: Buffer | undefined;
   scan.keyLength = -1;
   for (const { key: first } of scan.table.getRange({ start: b.start, end: b.end, exclusiveStart: b.exclusiveStart, inclusiveEnd: b.inclusiveEnd }) as Iterable<{ key: boolean }>) {
     if (first) {
@@ -227,13 +228,15 @@ export function scanRefs(db: MvccDb, b: Bounds, rev: number, visit: (ref: Uint8A
     }
     if (settled || (rev !== LATEST && refMain(scan.ref) > rev)) {
       if (++skipped < MIN_SKIPPED || skipped <= SKIPPED_PER_KEY * keys) continue;
-      // The rest with keys alone: after this key, or from it if its ref is still to come.
-      scanRefsKeysAlone(db, Buffer.from(scan.key.subarray(0, scan.keyLength)), !settled, b, rev, visit);
-      return;
+      resumeFrom = Buffer.from(scan.key.subarray(0, scan.keyLength));
+      break;
     }
     settled = true;
     if (!visit(scan.ref)) return;
   }
+  // The rest with keys alone (once this iterator has let its cursor go): after the key the walk
+  // stopped on, or from it if its ref is still to come.
+  if (resumeFrom) scanRefsKeysAlone(db, resumeFrom, !settled, b, rev, visit);
 }
 
 /** scanRefs' keys-alone iteration, from `from` (included or not). */
