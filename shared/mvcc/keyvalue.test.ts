@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { encodeKeyValue, decodeKeyValue, type KeyValue } from './keyvalue.js';
+import { encodeKeyValue, decodeKeyValue, valueFieldSpan, type KeyValue } from './keyvalue.js';
 import { encode, decode, bigint, num } from '../proto/index.js';
 
 const cases: KeyValue[] = [
@@ -43,4 +43,18 @@ test('KeyValue decoding reads protobuf mvccpb.KeyValue, 64-bit leases included',
     assert.equal(bigint(viaPb.lease), kv.lease);
     assert.equal(num(viaPb.modRevision), kv.modRevision);
   }
+});
+
+test('a KeyValue without its value field is what protobuf encodes with an empty value; a cut record is refused', () => {
+  for (const kv of cases) {
+    const rec = encodeKeyValue(kv);
+    const [from, to] = valueFieldSpan(rec);
+    const without = Buffer.concat([rec.subarray(0, from), rec.subarray(to)]);
+    assert.deepEqual(without, encode('mvccpb.KeyValue', pbObject({ ...kv, value: new Uint8Array(0) })));
+  }
+  // Cut inside the value's length, or inside the key: damage, not a read past the end.
+  const rec = encodeKeyValue(cases[2]!);
+  assert.throws(() => valueFieldSpan(rec.subarray(0, 2)), /corrupt KeyValue record/);
+  // The 70,000-byte value's length takes three bytes: keep the tag and the first of them.
+  assert.throws(() => valueFieldSpan(rec.subarray(0, valueFieldSpan(rec)[0] + 2)), /corrupt KeyValue record/);
 });

@@ -150,3 +150,33 @@ export function decodeKeyValue(buf: Uint8Array): KeyValue {
   }
   return kv;
 }
+
+/**
+ * Where a stored KeyValue's value field (5) is, tag included: [from, to), empty at the end if
+ * it has none. A keys_only Range copies the record without it (RangeEncoder.kvWithoutValue).
+ */
+export function valueFieldSpan(buf: Uint8Array): [number, number] {
+  let pos = 0;
+  const varint = () => {
+    let n = 0;
+    for (let mul = 1; ; mul *= 128) {
+      if (pos >= buf.length) throw new Error('corrupt KeyValue record: it ends inside a field');
+      const b = buf[pos++]!;
+      n += (b & 0x7f) * mul;
+      if (b < 0x80) return n;
+    }
+  };
+  while (pos < buf.length) {
+    const from = pos;
+    const tag = varint();
+    const wire = tag & 7;
+    if (wire === 2) {
+      // Not `pos += varint()`: that reads pos before the varint moves it.
+      const len = varint();
+      pos += len;
+    } else if (wire === 0) varint();
+    else throw new Error(`corrupt KeyValue record: unexpected wire type ${wire}`);
+    if (tag >>> 3 === 5) return [from, pos];
+  }
+  return [pos, pos];
+}

@@ -1,7 +1,7 @@
 // Encoders for the etcd responses built from stored records. Records are copied into the
 // response as they are stored (they are already encoded mvccpb.KeyValue messages).
 import protobuf from 'protobufjs';
-import { writeVarint } from './keyvalue.js';
+import { valueFieldSpan, writeVarint } from './keyvalue.js';
 
 export interface Header {
   clusterId: string;
@@ -113,34 +113,6 @@ export function rangeResponseRecycler(body: Buffer): (() => void) | undefined {
   return handedOut.has(body.buffer as ArrayBuffer) ? () => recycleRangeResponse(body) : undefined;
 }
 
-/** Where an encoded KeyValue's value field (5) is, tag included: [from, to), empty if it has none. */
-function valueField(record: Uint8Array): [number, number] {
-  const damaged = (what: string) => new Error(`kvs: a stored KeyValue ${what}: the database is damaged`);
-  let pos = 0;
-  const varint = () => {
-    let n = 0;
-    for (let shift = 1; ; shift *= 128) {
-      if (pos >= record.length) throw damaged('ends inside a field');
-      const byte = record[pos++]!;
-      n += (byte & 0x7f) * shift;
-      if (byte < 0x80) return n;
-    }
-  };
-  while (pos < record.length) {
-    const from = pos;
-    const tag = varint();
-    const wireType = tag & 7;
-    if (wireType === 2) {
-      // Not `pos += varint()`: that reads pos before the varint moves it.
-      const n = varint();
-      pos += n;
-    } else if (wireType === 0) varint();
-    else throw damaged(`has a field of wire type ${wireType}`);
-    if (tag >>> 3 === 5) return [from, pos];
-  }
-  return [pos, pos];
-}
-
 /**
  * etcdserverpb.RangeResponse written as its records are read: each record is copied once, from
  * LMDB's read buffer into one scratch buffer, instead of into a Buffer of its own and then
@@ -174,7 +146,7 @@ export class RangeEncoder {
 
   /** Appends one encoded mvccpb.KeyValue without its value (keys_only), as etcd answers it. */
   kvWithoutValue(record: Uint8Array): void {
-    const [from, to] = valueField(record);
+    const [from, to] = valueFieldSpan(record);
     const n = record.length - (to - from);
     this.room(n + 6);
     const b = this.buf;
