@@ -2,6 +2,7 @@
 // (free client and peer ports, one shared object store), with helpers to find the leader.
 // The failure-detection knobs are set short (real flags, documented in docs/cluster.md) so
 // that failovers take seconds, not the defaults' ten.
+import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
@@ -79,7 +80,9 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
         ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args,
       ],
     });
-    const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS });
+    // No circuit breaker: the tests kill and partition nodes on purpose, and a breaker opened by
+    // the failures they expect would fail the checks that follow without asking the node.
+    const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS, faultHandling: { host: () => noop } });
     onCleanup(t, () => client.close());
     return { id, peerPort, kvs, endpoint: kvs.endpoint, client, peerProxy };
   };
