@@ -2,11 +2,10 @@
 // (free client and peer ports, one shared object store), with helpers to find the leader.
 // The failure-detection knobs are set short (real flags, documented in docs/cluster.md) so
 // that failovers take seconds, not the defaults' ten.
-import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
-import { TEST_CALL_OPTIONS, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
+import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
 import { TcpProxy } from '../chaos/proxy.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
@@ -80,9 +79,7 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
         ...FAST_FAILOVER, ...(opts.args ?? []), ...((await opts.nodeArgs?.(id)) ?? []), ...args,
       ],
     });
-    // No circuit breaker: the tests kill and partition nodes on purpose, and a breaker opened by
-    // the failures they expect would fail the checks that follow without asking the node.
-    const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS, faultHandling: { host: () => noop } });
+    const client = new Etcd3({ hosts: `http://${kvs.endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS, faultHandling: TEST_FAULT_HANDLING });
     onCleanup(t, () => client.close());
     return { id, peerPort, kvs, endpoint: kvs.endpoint, client, peerProxy };
   };

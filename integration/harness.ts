@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after as afterAll, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
 import { execa } from 'execa';
 
@@ -633,9 +634,16 @@ export async function startEtcdctl(t: Ctx, endpoint: string, args: string[]): Pr
  */
 export const TEST_CALL_OPTIONS = (c: { isStream: boolean }) => (c.isStream ? {} : { deadline: Date.now() + 60_000 });
 
+/**
+ * The tests' etcd3 clients keep etcd3's retries but have no circuit breaker: each client has one
+ * host, and tests kill and restart processes on purpose, so a breaker opened by the failures a
+ * test expects would fail its next check for 5 s without asking the server.
+ */
+export const TEST_FAULT_HANDLING = { host: () => noop };
+
 export function client(t: Ctx, endpoint: string, tls?: ClientTls): Etcd3 {
   const hosts = /^https?:\/\//.test(endpoint) ? endpoint : `${tls ? 'https' : 'http'}://${endpoint}`;
-  const c = new Etcd3({ hosts, defaultCallOptions: TEST_CALL_OPTIONS, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
+  const c = new Etcd3({ hosts, defaultCallOptions: TEST_CALL_OPTIONS, faultHandling: TEST_FAULT_HANDLING, ...(tls ? { credentials: etcd3Credentials(tls) } : {}) });
   onCleanup(t, () => c.close());
   return c;
 }
