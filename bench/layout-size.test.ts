@@ -14,6 +14,9 @@ test('layout-size: every record is counted; compression shrinks history, not key
   assert.ok(plain.keyrevs > 64, `keyrevs ${plain.keyrevs} B/key`);
   const lz4 = await measureLayout({ ...base, compress: 64 });
   assert.ok(lz4.history < plain.history, `compressed history ${lz4.history} < ${plain.history} B/key`);
+  // Keys in ascending order fill keyrevs' pages; 16 writers' slices leave them about half full.
+  const sequential = await measureLayout({ ...base, order: 'sequential' });
+  assert.ok(sequential.keyrevs < 0.7 * plain.keyrevs, `keyrevs ${sequential.keyrevs} B/key in order, ${plain.keyrevs} in slices`);
   const json = await measureLayout({ ...base, values: 'json' });
   assert.ok(json.valueBytes > 200 && json.keyBytes < 64, JSON.stringify(json));
 });

@@ -26,9 +26,11 @@ per key (LMDB's page counts), for one combination of:
                       json: Kubernetes-like keys (/registry/configmaps/<ns>/<name>) and JSON
                       objects of ~255 bytes (a ConfigMap: its metadata with a uid, a timestamp
                       and a label, and its data)
-  --order slices|random
+  --order slices|random|sequential
                       slices: 16 writers, each through its own contiguous range of keys
-                      (as the bench's preload; default); random: keys in random order
+                      (as the bench's preload; default); random: keys in random order;
+                      sequential: one writer, keys in ascending order (LMDB then fills
+                      keyrevs' pages: it splits a page at its end only for an insert there)
   --page-size <bytes> LMDB page size (default 4096, the OS page size)
   --compress <bytes>  LZ4-compress history records above this size (lmdb-js compression;
                       default 0: off; kvs compresses above 64)
@@ -50,7 +52,7 @@ export interface LayoutSize {
   total: number;
 }
 
-export async function measureLayout(opts: { keys: number; values: 'random' | 'json'; order: 'slices' | 'random'; pageSize: number; compress: number; dictionary?: 'kvs' | 'lmdb' }): Promise<LayoutSize> {
+export async function measureLayout(opts: { keys: number; values: 'random' | 'json'; order: 'slices' | 'random' | 'sequential'; pageSize: number; compress: number; dictionary?: 'kvs' | 'lmdb' }): Promise<LayoutSize> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-layout-'));
   const env = open<Buffer, Buffer>({ path: dir, mapSize: 64 * 1024 ** 3, noSync: true, pageSize: opts.pageSize, encoding: 'binary', keyEncoding: 'binary' });
   try {
@@ -59,9 +61,11 @@ export async function measureLayout(opts: { keys: number; values: 'random' | 'js
     const keyrevs = env.openDB<Buffer, Buffer>({ name: 'keyrevs', dupSort: true, ...binary });
     const n = opts.keys;
     const keyOf = (i: number) => (opts.values === 'json' ? jsonKey(i) : benchKey(DATA_AREA, i));
-    // The order: WRITERS contiguous slices interleaved at random, or a random permutation.
+    // The order: WRITERS contiguous slices interleaved at random, a random permutation, or ascending.
     const order = new Uint32Array(n);
-    if (opts.order === 'random') {
+    if (opts.order === 'sequential') {
+      for (let i = 0; i < n; i++) order[i] = i;
+    } else if (opts.order === 'random') {
       for (let i = 0; i < n; i++) order[i] = i;
       for (let i = n - 1; i > 0; i--) {
         const j = Math.floor(Math.random() * (i + 1));
@@ -122,7 +126,7 @@ async function main(): Promise<void> {
   const opts = {
     keys: Number(values.keys ?? 100000),
     values: (values.values ?? 'random') as 'random' | 'json',
-    order: (values.order ?? 'slices') as 'slices' | 'random',
+    order: (values.order ?? 'slices') as 'slices' | 'random' | 'sequential',
     pageSize: Number(values['page-size'] ?? 4096),
     compress: Number(values.compress ?? 0),
     dictionary: (values.dictionary ?? 'kvs') as 'kvs' | 'lmdb',
@@ -130,7 +134,7 @@ async function main(): Promise<void> {
   const problem =
     !Number.isInteger(opts.keys) || opts.keys < 1 ? '--keys takes a whole number of at least 1'
     : !['random', 'json'].includes(opts.values) ? `--values is random or json, not "${opts.values}"`
-    : !['slices', 'random'].includes(opts.order) ? `--order is slices or random, not "${opts.order}"`
+    : !['slices', 'random', 'sequential'].includes(opts.order) ? `--order is slices, random or sequential, not "${opts.order}"`
     : ![4096, 8192, 16384, 32768, 65536].includes(opts.pageSize) ? '--page-size is a power of two from 4096 to 65536'
     : !Number.isInteger(opts.compress) || opts.compress < 0 ? '--compress takes a whole number of bytes (0: off)'
     : !['kvs', 'lmdb'].includes(opts.dictionary) ? `--dictionary is kvs or lmdb, not "${opts.dictionary}"`
