@@ -16,7 +16,7 @@
 // finds nothing; point-in-time restore needs a versioned S3 bucket.
 
 import { createHash, randomBytes } from 'node:crypto';
-import { constants as fsc, realpathSync, type BigIntStats } from 'node:fs';
+import fsSync, { constants as fsc, realpathSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -131,22 +131,62 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** mkdir -p that fsyncs the parent of every directory it creates, so the new path survives a crash. */
-async function mkdirDurable(dir: string): Promise<void> {
+// A put writes with synchronous calls. Its dozen small steps (mkdir, open, write, fsync,
+// stat, close, rename, the directory's open, fsync and close) each cost a thread-pool round
+// trip and a wake-up of the event loop when asynchronous: in a node with --wal-sync-upload
+// that was half of the archiver's CPU and of the upload's time per write (docs/benchmarks.md,
+// "The local store's put"). The loop waits while a put writes; the processes that put (the
+// archiver, the peer agent for its lock, the CLI) have nothing meanwhile that cannot wait a
+// few ms. Deletes (gc) stay asynchronous, several at a time.
+
+/** fsyncDir, synchronously. */
+function fsyncDirSync(dir: string): void {
+  let fd;
   try {
-    await fs.mkdir(dir);
+    fd = fsSync.openSync(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
+  } catch (err) {
+    if (isCode(err, 'ENOENT')) return;
+    throw err;
+  }
+  try {
+    fsSync.fsyncSync(fd);
+  } finally {
+    fsSync.closeSync(fd);
+  }
+}
+
+/** mkdir -p that fsyncs the parent of every directory it creates, so the new path survives a crash. */
+function mkdirDurableSync(dir: string): void {
+  try {
+    fsSync.mkdirSync(dir);
   } catch (err) {
     if (isCode(err, 'EEXIST')) return;
     if (!isCode(err, 'ENOENT')) throw err;
-    await mkdirDurable(path.dirname(dir));
+    mkdirDurableSync(path.dirname(dir));
     try {
-      await fs.mkdir(dir);
+      fsSync.mkdirSync(dir);
     } catch (err2) {
       if (!isCode(err2, 'EEXIST')) throw err2;
       return;
     }
   }
-  await fsyncDir(path.dirname(dir));
+  fsyncDirSync(path.dirname(dir));
+}
+
+/** A new file at `file` holding `body`, fsynced; returns its etag. On a failure no file is left. */
+function writeNewFileSync(file: string, body: Buffer): string {
+  const fd = fsSync.openSync(file, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o666);
+  let written = false;
+  try {
+    for (let off = 0; off < body.length; ) off += fsSync.writeSync(fd, body, off, body.length - off);
+    fsSync.fsyncSync(fd);
+    const etag = etagOf(fsSync.fstatSync(fd, { bigint: true }));
+    written = true;
+    return etag;
+  } finally {
+    fsSync.closeSync(fd);
+    if (!written) fsSync.rmSync(file, { force: true });
+  }
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -266,10 +306,29 @@ export class LocalObjectStore implements ObjectStore {
     try {
       st = await fs.stat(this.file(key), { bigint: true });
     } catch (err) {
-      if (isCode(err, 'ENOENT')) return undefined;
-      if (isCode(err, 'ENOTDIR')) throw damaged(err, this.file(key));
-      throw err;
+      return this.statFailed(key, err);
     }
+    return this.infoOf(key, st);
+  }
+
+  /** headFile, synchronously (a put's condition, checked under the key's lock). */
+  private headFileSync(key: string): ObjectInfo | undefined {
+    let st: BigIntStats;
+    try {
+      st = fsSync.statSync(this.file(key), { bigint: true });
+    } catch (err) {
+      return this.statFailed(key, err);
+    }
+    return this.infoOf(key, st);
+  }
+
+  private statFailed(key: string, err: unknown): undefined {
+    if (isCode(err, 'ENOENT')) return undefined;
+    if (isCode(err, 'ENOTDIR')) throw damaged(err, this.file(key));
+    throw err;
+  }
+
+  private infoOf(key: string, st: BigIntStats): ObjectInfo {
     if (!st.isFile()) throw notAFile(this.file(key));
     return { key, size: Number(st.size), etag: etagOf(st), lastModified: new Date(Number(st.mtimeMs)) };
   }
@@ -280,10 +339,11 @@ export class LocalObjectStore implements ObjectStore {
     const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
     // The body is written and fsynced before the lock is taken; under the lock only the
     // check and the rename happen, so racing writers hold it briefly.
+    let etag: string;
     for (let attempt = 0; ; attempt++) {
-      await mkdirDurable(dir);
+      mkdirDurableSync(dir);
       try {
-        await fs.writeFile(tmp, body, { flag: 'wx' });
+        etag = writeNewFileSync(tmp, body);
         break;
       } catch (err) {
         // A concurrent delete removed the (empty) directory between mkdir and open.
@@ -291,26 +351,18 @@ export class LocalObjectStore implements ObjectStore {
       }
     }
     try {
-      const fh = await fs.open(tmp, fsc.O_RDONLY);
-      let etag: string;
-      try {
-        await fh.sync();
-        etag = etagOf(await fh.stat({ bigint: true }));
-      } finally {
-        await fh.close();
-      }
       await withKeyLock(file, async () => {
         if (opts.ifNoneMatch === '*' || opts.ifMatch !== undefined) {
-          const current = await this.headFile(key);
+          const current = this.headFileSync(key);
           if (opts.ifNoneMatch === '*' && current) throw new PreconditionFailedError(key);
           if (opts.ifMatch !== undefined && current?.etag !== opts.ifMatch) throw new PreconditionFailedError(key);
         }
-        await fs.rename(tmp, file);
+        fsSync.renameSync(tmp, file);
       });
-      await fsyncDir(dir);
+      fsyncDirSync(dir);
       return { etag };
     } catch (err) {
-      await fs.rm(tmp, { force: true });
+      fsSync.rmSync(tmp, { force: true });
       throw err;
     }
   }
