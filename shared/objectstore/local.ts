@@ -131,13 +131,14 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-// A put writes with synchronous calls. Its dozen small steps (mkdir, open, write, fsync,
-// stat, close, rename, the directory's open, fsync and close) each cost a thread-pool round
-// trip and a wake-up of the event loop when asynchronous: in a node with --wal-sync-upload
-// that was half of the archiver's CPU and of the upload's time per write (docs/benchmarks.md,
-// "The local store's put"). The loop waits while a put writes; the processes that put (the
-// archiver, the peer agent for its lock, the CLI) have nothing meanwhile that cannot wait a
-// few ms. Deletes (gc) stay asynchronous, several at a time.
+// A small put (a WAL batch, the leader lock) writes with synchronous calls. Its dozen small
+// steps (mkdir, open, write, fsync, stat, close, rename, the directory's open, fsync and close)
+// each cost a thread-pool round trip and a wake-up of the event loop when asynchronous: in a
+// node with --wal-sync-upload that was half of the archiver's CPU and of the upload's time per
+// write (docs/benchmarks.md, "The local store's put"). A large one (a checkpoint's 1 MiB
+// pieces, a WAL tail) writes and fsyncs asynchronously: its fsyncs can take hundreds of ms on
+// a busy disk, and the WAL uploads behind it must not wait that long for the event loop.
+const SYNC_PUT_MAX = 256 * 1024;
 
 /** fsyncDir, synchronously. */
 function fsyncDirSync(dir: string): void {
@@ -171,6 +172,22 @@ function mkdirDurableSync(dir: string): void {
     }
   }
   fsyncDirSync(path.dirname(dir));
+}
+
+/** writeNewFileSync, asynchronously. */
+async function writeNewFile(file: string, body: Buffer): Promise<string> {
+  const fh = await fs.open(file, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o666);
+  let written = false;
+  try {
+    await fh.writeFile(body);
+    await fh.sync();
+    const etag = etagOf(await fh.stat({ bigint: true }));
+    written = true;
+    return etag;
+  } finally {
+    await fh.close();
+    if (!written) await fs.rm(file, { force: true });
+  }
 }
 
 /** A new file at `file` holding `body`, fsynced; returns its etag. On a failure no file is left. */
@@ -339,11 +356,12 @@ export class LocalObjectStore implements ObjectStore {
     const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
     // The body is written and fsynced before the lock is taken; under the lock only the
     // check and the rename happen, so racing writers hold it briefly.
+    const small = body.length <= SYNC_PUT_MAX;
     let etag: string;
     for (let attempt = 0; ; attempt++) {
       mkdirDurableSync(dir);
       try {
-        etag = writeNewFileSync(tmp, body);
+        etag = small ? writeNewFileSync(tmp, body) : await writeNewFile(tmp, body);
         break;
       } catch (err) {
         // A concurrent delete removed the (empty) directory between mkdir and open.
@@ -359,7 +377,8 @@ export class LocalObjectStore implements ObjectStore {
         }
         fsSync.renameSync(tmp, file);
       });
-      fsyncDirSync(dir);
+      if (small) fsyncDirSync(dir);
+      else await fsyncDir(dir);
       return { etag };
     } catch (err) {
       fsSync.rmSync(tmp, { force: true });
