@@ -57,4 +57,7 @@ test('a KeyValue without its value field is what protobuf encodes with an empty 
   assert.throws(() => valueFieldSpan(rec.subarray(0, 2)), /corrupt KeyValue record/);
   // The 70,000-byte value's length takes three bytes: keep the tag and the first of them.
   assert.throws(() => valueFieldSpan(rec.subarray(0, valueFieldSpan(rec)[0] + 2)), /corrupt KeyValue record/);
+  // Cut inside the value's bytes, and inside the key's.
+  assert.throws(() => valueFieldSpan(rec.subarray(0, valueFieldSpan(rec)[1] - 1)), /corrupt KeyValue record/);
+  assert.throws(() => valueFieldSpan(rec.subarray(0, 4)), /corrupt KeyValue record/);
 });

@@ -174,6 +174,7 @@ export function valueFieldSpan(buf: Uint8Array): [number, number] {
       // Not `pos += varint()`: that reads pos before the varint moves it.
       const len = varint();
       pos += len;
+      if (pos > buf.length) throw new Error('corrupt KeyValue record: it ends inside a field');
     } else if (wire === 0) varint();
     else throw new Error(`corrupt KeyValue record: unexpected wire type ${wire}`);
     if (tag >>> 3 === 5) return [from, pos];
