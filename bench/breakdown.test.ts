@@ -3,7 +3,7 @@
 // no stage is stamped before its cause, and every process's CPU and wake-ups per put are
 // reported. No timing thresholds. And the join on its own.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -59,6 +59,32 @@ for (const cluster of [false, true]) {
     assert.match(output, /client: answer received/);
   });
 }
+
+/** Why perf cannot record syscalls here (not installed, or not allowed), or undefined. */
+function perfCannotRecord(): string | undefined {
+  const probe = spawnSync('perf', ['record', '-q', '-e', 'syscalls:sys_enter_fdatasync', '-o', '/dev/null', '--', 'true'], { encoding: 'utf8' });
+  if (probe.error) return `perf is not installed (${probe.error.message})`;
+  return probe.status === 0 ? undefined : `perf cannot record syscalls here: ${(probe.stderr || '').trim().split('\n')[0]}`;
+}
+
+const noPerf = perfCannotRecord();
+test('breakdown --syscalls on a real single node: every measured put joined with its syscalls, both hops of the gateway and storage shown', { timeout: 90_000, skip: noPerf }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-test-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'breakdown.json');
+  // 300 warm-up puts: perf attaches to every thread meanwhile.
+  const { code, output } = await run(['--puts', '200', '--warmup', '300', '--no-etcd', '--syscalls', '--out', out]);
+  assert.equal(code, 0, `breakdown exited with ${code}:\n${output}`);
+  const report = JSON.parse(await readFile(out, 'utf8')) as { kvsSyscalls: { unmatched: number; stages: Record<string, { p50: number; p99: number }> } };
+  const { unmatched, stages } = report.kvsSyscalls;
+  assert.ok(unmatched <= 4, `${unmatched} of 200 puts not joined\n${output}`);
+  for (const name of ['client write() → server read()', 'request: gateway → storage', 'of which fdatasync', 'answer: storage → gateway', 'answer written → client read()', 'total']) {
+    assert.ok(stages[name], `no stage "${name}"\n${output}`);
+    assert.ok(stages[name].p50 > 0 && stages[name].p50 <= stages[name].p99, `${name}: ${JSON.stringify(stages[name])}\n${output}`);
+  }
+  assert.ok(stages['of which fdatasync']!.p50 < stages['total']!.p50);
+  assert.match(output, /as the kernel saw them/);
+});
 
 /** A stage file of synthetic stamps: [stage, key, time, aux?]. */
 function file(processName: string, node: string, stamps: [number, number, number, number?][], labels: string[] = []): StageFile {

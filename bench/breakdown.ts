@@ -19,7 +19,9 @@ import { cleanup, ensureEtcd, startEtcd, startKvs, type Server } from './servers
 import { startCluster, type BenchCluster } from './cluster.js';
 import { formatBreakdown, joinBreakdown, type Breakdown, type ClientPut, type Summary } from './breakdown-join.js';
 import { percentile } from './stats.js';
-import { processCosts, sampleProcesses, type ProcessCost } from './proc.js';
+import { processCosts, processName, sampleProcesses, type ProcessCost } from './proc.js';
+import { syscallStages, type SyscallStages } from './syscall-stages.js';
+import { perfUnavailable, SyscallRecording } from './syscall-trace.js';
 
 const HELP = `Usage: npm run breakdown -- [flags]
 
@@ -35,6 +37,11 @@ then per kvs process its CPU (every thread) and its main thread's wake-ups per m
   --no-etcd             skip the same puts against etcd 3.4 (/usr/bin/etcd; a 3-member
                         cluster with --cluster), whose total is printed beside kvs's
   --kvs-flags "<flags>" more flags for kvs run (split on spaces)
+  --syscalls            also record the servers' and the client's reads, writes and fdatasyncs
+                        with \`perf record\` (needs perf and root; single node only) and print
+                        the same stages for kvs and etcd as the kernel saw them: client →
+                        server, server → WAL write, fdatasync, → answer, → client; for kvs
+                        each process's own work and each crossing between its processes
   --out <file>          also write the results as JSON
   -h, --help            this text
 `;
@@ -51,6 +58,7 @@ interface Settings {
   cluster: boolean;
   etcd: boolean;
   kvsFlags: string[];
+  syscalls: boolean;
   out: string | undefined;
 }
 
@@ -63,6 +71,7 @@ function settings(argv: string[]): Settings | undefined {
     cluster: { type: 'boolean', default: false },
     etcd: { type: 'boolean', default: true },
     'kvs-flags': { type: 'string', default: '' },
+    syscalls: { type: 'boolean', default: false },
     out: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   } as const;
@@ -74,6 +83,9 @@ function settings(argv: string[]): Settings | undefined {
   }
   const { values } = parsed;
   if (values.help) return undefined;
+  if (values.syscalls && values.cluster) throw new UsageError('--syscalls measures a single node: leave out --cluster');
+  const noPerf = values.syscalls ? perfUnavailable() : undefined;
+  if (noPerf) throw new UsageError(noPerf);
   const count = (name: string, v: string, min: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min}, got ${v}`);
@@ -85,6 +97,7 @@ function settings(argv: string[]): Settings | undefined {
     cluster: values.cluster,
     etcd: values.etcd && !noEtcd,
     kvsFlags: values['kvs-flags'].split(' ').filter(Boolean),
+    syscalls: values.syscalls,
     out: values.out,
   };
 }
@@ -93,12 +106,17 @@ function settings(argv: string[]): Settings | undefined {
  * `warmup` + `n` puts, one at a time, on one connection; returns the measured ones. Requests
  * are encoded before the send stamp, so the client's own encoding is not in the times.
  */
-async function serialPuts(endpoint: string, n: number, warmup: number, pids: () => number[]): Promise<{ puts: ClientPut[]; costs: ProcessCost[] }> {
+async function serialPuts(endpoint: string, n: number, warmup: number, pids: () => number[], syscalls = false): Promise<{ puts: ClientPut[]; costs: ProcessCost[]; syscalls?: SyscallStages }> {
   const kv = new KvClient(endpoint);
   const v = value();
   const bodies = Array.from({ length: warmup + n }, (_, i) => encode('etcdserverpb.PutRequest', { key: key('breakdown', i), value: v }));
   const puts: ClientPut[] = [];
   let before = sampleProcesses(pids());
+  // Started before the warm-up, so that perf is attached to every thread by the measured puts.
+  const dir = syscalls ? await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-perf-')) : undefined;
+  const names = new Map([...pids(), process.pid].map((pid) => [pid, pid === process.pid ? 'client' : processName(pid)]));
+  const recording = dir ? new SyscallRecording([...names.keys()], path.join(dir, 'perf.data')) : undefined;
+  let stages: SyscallStages | undefined;
   try {
     await kv.connect();
     for (let i = 0; i < bodies.length; i++) {
@@ -108,10 +126,14 @@ async function serialPuts(endpoint: string, n: number, warmup: number, pids: () 
       const receive = monotonicMicros();
       if (i >= warmup) puts.push({ send, receive, revision: headerRevision(res) });
     }
+    const after = sampleProcesses(pids());
+    if (recording) stages = syscallStages(await recording.stop(), puts, process.pid, names);
+    return { puts, costs: processCosts(before, after, puts.length), syscalls: stages };
   } finally {
     kv.close();
+    if (recording && !stages) await recording.stop().catch(() => undefined);
+    if (dir) await rm(dir, { recursive: true, force: true });
   }
-  return { puts, costs: processCosts(before, sampleProcesses(pids()), puts.length) };
 }
 
 function totals(puts: ClientPut[]): Summary & { mean: number } {
@@ -134,7 +156,7 @@ async function start(system: 'kvs' | 'etcd', s: Settings, traceDir: string): Pro
   return { endpoint: server.endpoint, node: 'default', pids: () => server.pids(), stop: () => server.stop() };
 }
 
-async function runKvs(s: Settings): Promise<{ breakdown: Breakdown; costs: ProcessCost[] }> {
+async function runKvs(s: Settings): Promise<{ breakdown: Breakdown; costs: ProcessCost[]; syscalls?: SyscallStages }> {
   const traceDir = await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-'));
   cleanup.dir(traceDir);
   try {
@@ -144,25 +166,25 @@ async function runKvs(s: Settings): Promise<{ breakdown: Breakdown; costs: Proce
       // A start that was retried (a port taken) may have left the files of the stopped attempt;
       // the running processes write theirs only when they exit.
       for (const f of await readdir(traceDir)) await rm(path.join(traceDir, f), { force: true });
-      run = await serialPuts(kvs.endpoint, s.puts, s.warmup, kvs.pids);
+      run = await serialPuts(kvs.endpoint, s.puts, s.warmup, kvs.pids, s.syscalls);
     } finally {
       await kvs.stop(); // SIGTERM: every component writes its stage file on the way out
     }
     const files = readStageFiles(traceDir);
     if (files.length === 0) throw new Error(`kvs wrote no stage files in ${traceDir}`);
-    return { breakdown: joinBreakdown(files, run.puts, kvs.node, s.cluster), costs: run.costs };
+    return { breakdown: joinBreakdown(files, run.puts, kvs.node, s.cluster), costs: run.costs, syscalls: run.syscalls };
   } finally {
     await rm(traceDir, { recursive: true, force: true });
     cleanup.dirGone(traceDir);
   }
 }
 
-async function runEtcd(s: Settings): Promise<{ total: Summary & { mean: number }; costs: ProcessCost[] }> {
+async function runEtcd(s: Settings): Promise<{ total: Summary & { mean: number }; costs: ProcessCost[]; syscalls?: SyscallStages }> {
   ensureEtcd((m) => console.error(m));
   const etcd = await start('etcd', s, '');
   try {
-    const run = await serialPuts(etcd.endpoint, s.puts, s.warmup, etcd.pids);
-    return { total: totals(run.puts), costs: run.costs };
+    const run = await serialPuts(etcd.endpoint, s.puts, s.warmup, etcd.pids, s.syscalls);
+    return { total: totals(run.puts), costs: run.costs, syscalls: run.syscalls };
   } finally {
     await etcd.stop();
   }
@@ -173,7 +195,7 @@ async function main(): Promise<void> {
   if (!s) return void process.stdout.write(HELP);
   const mode = s.cluster ? '3-node cluster, puts to the leader' : 'single node';
   console.error(`kvs (${mode}): ${s.warmup} warm-up + ${s.puts} serial puts${s.kvsFlags.length ? `, kvs run ${s.kvsFlags.join(' ')}` : ''}`);
-  const { breakdown: kvs, costs } = await runKvs(s);
+  const { breakdown: kvs, costs, syscalls } = await runKvs(s);
   let etcd: Awaited<ReturnType<typeof runEtcd>> | undefined;
   if (s.etcd) {
     console.error(`etcd 3.4 (${s.cluster ? '3 members' : '1 member'}): the same puts`);
@@ -183,6 +205,10 @@ async function main(): Promise<void> {
   console.log(formatBreakdown(kvs, etcd?.total));
   console.log(`\nPer measured put, by process: CPU (every thread, µs) and wake-ups (the main thread's waits)`);
   console.log(formatCosts(costs, etcd?.costs));
+  if (syscalls) {
+    console.log(`\nThe same puts as the kernel saw them (perf record of read, write and fdatasync; µs)`);
+    console.log(formatSyscallStages(syscalls, etcd?.syscalls));
+  }
   const missing = Object.entries(kvs.missing).filter(([, n]) => n > 0);
   if (missing.length) console.log(`puts missing a stage: ${missing.map(([name, n]) => `${name} ${n}`).join(', ')}`);
   const disorder = Object.entries(kvs.outOfOrder).filter(([, n]) => n > 0);
@@ -191,7 +217,16 @@ async function main(): Promise<void> {
   if (early.length) console.log(`puts with a stage stamped before its cause: ${early.map((st) => `${st.name} ${st.beforePrev}`).join(', ')}`);
   if (kvs.firstAck) console.log(`first ACK from: ${Object.entries(kvs.firstAck).map(([who, n]) => `${who} ${n}×`).join(', ')}`);
   if (s.out) {
-    const report = { mode: s.cluster ? 'cluster' : 'single', warmup: s.warmup, kvsFlags: s.kvsFlags, kvs, etcd: etcd?.total, kvsProcesses: costs, etcdProcesses: etcd?.costs };
+    const report = {
+      mode: s.cluster ? 'cluster' : 'single',
+      warmup: s.warmup,
+      kvsFlags: s.kvsFlags,
+      kvs,
+      etcd: etcd?.total,
+      kvsProcesses: costs,
+      etcdProcesses: etcd?.costs,
+      ...(syscalls ? { kvsSyscalls: summarize(syscalls), etcdSyscalls: etcd?.syscalls && summarize(etcd.syscalls) } : {}),
+    };
     await writeFile(s.out, JSON.stringify(report, null, 2) + '\n');
     console.error(`wrote ${s.out}`);
   }
@@ -207,6 +242,27 @@ function formatCosts(kvs: readonly ProcessCost[], etcd?: readonly ProcessCost[])
   const out = rows.map((r) => line(`kvs ${r.name}`, r.cpuMicrosPerOp, r.wakeupsPerOp));
   out.push(line('kvs total', total.cpu, total.wakeups));
   if (etcd) out.push(line('etcd 3.4 total', etcd.reduce((t, r) => t + r.cpuMicrosPerOp, 0)));
+  return out.join('\n');
+}
+
+function summarize(st: SyscallStages): { unmatched: number; stages: Record<string, Summary> } {
+  const stages: Record<string, Summary> = {};
+  for (const [name, list] of st.samples) {
+    const sorted = Float64Array.from(list).sort();
+    stages[name.trim()] = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) };
+  }
+  return { unmatched: st.unmatched, stages };
+}
+
+/** kvs's syscall stages beside etcd's: the stages both have, then kvs's own sub-stages. */
+function formatSyscallStages(kvs: SyscallStages, etcd?: SyscallStages): string {
+  const k = summarize(kvs).stages;
+  const e = etcd ? summarize(etcd).stages : {};
+  const width = Math.max(40, ...[...kvs.samples.keys()].map((n) => n.length + 2));
+  const cell = (v?: Summary) => (v ? `${v.p50.toFixed(0).padStart(8)}${v.p99.toFixed(0).padStart(8)}` : `${'-'.padStart(8)}${'-'.padStart(8)}`);
+  const out = [`${'stage'.padEnd(width)}${'kvs p50'.padStart(8)}${'p99'.padStart(8)}${etcd ? `${'etcd p50'.padStart(10)}${'p99'.padStart(8)}` : ''}`];
+  for (const name of kvs.samples.keys()) out.push(`${name.padEnd(width)}${cell(k[name.trim()])}${etcd ? `  ${cell(e[name.trim()])}` : ''}`);
+  out.push(`puts without an fdatasync of their own or a stage's events: kvs ${kvs.unmatched}${etcd ? `, etcd ${etcd.unmatched}` : ''}`);
   return out.join('\n');
 }
 
