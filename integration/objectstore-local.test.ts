@@ -1,11 +1,13 @@
 // The object-store contract against the local directory store, plus what only it has:
 // its on-disk layout keeps every key inside the bucket directory.
 import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { openObjectStore } from '../shared/objectstore/index.js';
+import { LocalObjectStore } from '../shared/objectstore/local.js';
 import { objectStoreContract } from './objectstore-contract.js';
 import { fileScope, tempDir } from './harness.js';
 import { failed, keys, kvs } from './objectstore-fixtures.js';
@@ -107,4 +109,28 @@ test('local store: a damaged directory is an error for every read, never "no suc
   failed(r, damage);
   assert.deepEqual(await readdir(dataDir), [], 'nothing restored');
   failed(await kvs(['status', '--s3-endpoint', endpoint, '--s3-bucket', 'c', '--s3-prefix', 'p/']), damage);
+});
+
+test('local store: a put holds the caller\'s event loop only with syncSmallPuts (the archiver), and only up to 256 KiB', async () => {
+  const files = (dir: string) => readdirSync(dir, { recursive: true }).map(String);
+  const mk = (bucket: string, syncSmallPuts: boolean) => new LocalObjectStore({ root, bucket, prefix: 'p/', syncSmallPuts });
+  // The peer agent's store: the put returns to the caller before anything is on disk, so the
+  // loop is free for heartbeats and ACKs while the disk is slow.
+  const plain = mk('async', false);
+  const a = plain.put('lock', Buffer.from('{"term":1}'));
+  assert.deepEqual(existsSync(path.join(root, 'async')) ? files(path.join(root, 'async')) : [], []);
+  await a;
+  // The archiver's: a small put's body is written and fsynced before the put yields.
+  const sync = mk('sync', true);
+  const b = sync.put('wal/1', Buffer.from('record'));
+  assert.equal(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')).length, 1);
+  await b;
+  // ... but a large one (a checkpoint piece) is not.
+  const c = sync.put('ckpt/1', Buffer.alloc(256 * 1024 + 1, 1));
+  assert.equal(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')).length, 0);
+  await c;
+  for (const [store, key, size] of [[plain, 'lock', 10], [sync, 'wal/1', 6], [sync, 'ckpt/1', 256 * 1024 + 1]] as const) {
+    assert.equal((await store.get(key))?.body.length, size, key);
+  }
+  assert.deepEqual(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')), []);
 });

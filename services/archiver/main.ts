@@ -32,7 +32,8 @@ export async function runArchiver(cfg: Config): Promise<void> {
   const log = createLogger('archiver', cfg.logLevel, cfg.logFormat);
   serveMetrics('archiver');
   const intervalMs = parseDuration(cfg.checkpointInterval, 'checkpoint-interval');
-  const options = { ...objectStoreOptions(cfg), log };
+  // Its loop waits for each upload anyway: small puts to a local directory skip the thread pool.
+  const options = { ...objectStoreOptions(cfg), log, syncSmallPuts: true };
   const store = await openObjectStore(options);
   const openPrefix = (prefix: string) => openObjectStore({ ...options, prefix });
   const branch: BranchPoint | undefined =

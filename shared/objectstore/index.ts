@@ -23,6 +23,11 @@ export interface ObjectStoreOptions {
   credentials?: { accessKeyId: string; secretAccessKey: string };
   /** At debug level, every operation is logged here (logged.ts). */
   log?: Logger;
+  /**
+   * A local directory only: puts of up to 256 KiB with synchronous file-system calls, for a
+   * process whose loop has nothing better to do meanwhile (the archiver; local.ts).
+   */
+  syncSmallPuts?: boolean;
 }
 
 export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectStore> {
@@ -31,7 +36,7 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
   let raw: ObjectStore;
   const url = parseEndpoint(opts.endpoint);
   if (url.protocol === 'file:') {
-    raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix });
+    raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix, syncSmallPuts: opts.syncSmallPuts });
   } else if (url.protocol === 'http:' || url.protocol === 'https:') {
     const { S3ObjectStore } = await import('./s3.js');
     raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials });

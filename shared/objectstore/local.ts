@@ -131,13 +131,16 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-// A small put (a WAL batch, the leader lock) writes with synchronous calls. Its dozen small
-// steps (mkdir, open, write, fsync, stat, close, rename, the directory's open, fsync and close)
-// each cost a thread-pool round trip and a wake-up of the event loop when asynchronous: in a
-// node with --wal-sync-upload that was half of the archiver's CPU and of the upload's time per
-// write (docs/benchmarks.md, "The local store's put"). A large one (a checkpoint's 1 MiB
-// pieces, a WAL tail) writes and fsyncs asynchronously: its fsyncs can take hundreds of ms on
-// a busy disk, and the WAL uploads behind it must not wait that long for the event loop.
+// With `syncSmallPuts` (the archiver), a small put (a WAL batch) writes with synchronous
+// calls. Its dozen small steps (mkdir, open, write, fsync, stat, close, rename, the
+// directory's open, fsync and close) each cost a thread-pool round trip and a wake-up of the
+// event loop when asynchronous: in a node with --wal-sync-upload that was half of the
+// archiver's CPU and of the upload's time per write (docs/benchmarks.md, "The local store's
+// put"). A large one (a checkpoint's 1 MiB pieces, a WAL tail) writes and fsyncs
+// asynchronously: its fsyncs can take hundreds of ms on a busy disk, and the WAL uploads
+// behind it must not wait that long for the event loop. Without the option (the peer agent,
+// whose loop carries a cluster's heartbeats and ACKs while it renews the leader lock) every
+// put is asynchronous, so no fsync of the store ever holds that loop.
 const SYNC_PUT_MAX = 256 * 1024;
 
 /** fsyncDir, synchronously. */
@@ -172,6 +175,24 @@ function mkdirDurableSync(dir: string): void {
     }
   }
   fsyncDirSync(path.dirname(dir));
+}
+
+/** mkdirDurableSync, asynchronously. */
+async function mkdirDurable(dir: string): Promise<void> {
+  try {
+    await fs.mkdir(dir);
+  } catch (err) {
+    if (isCode(err, 'EEXIST')) return;
+    if (!isCode(err, 'ENOENT')) throw err;
+    await mkdirDurable(path.dirname(dir));
+    try {
+      await fs.mkdir(dir);
+    } catch (err2) {
+      if (!isCode(err2, 'EEXIST')) throw err2;
+      return;
+    }
+  }
+  await fsyncDir(path.dirname(dir));
 }
 
 /** writeNewFileSync, asynchronously. */
@@ -242,12 +263,15 @@ export interface LocalStoreOptions {
   bucket: string;
   /** Key prefix inside the bucket, e.g. `prod/`. */
   prefix: string;
+  /** Puts of up to 256 KiB with synchronous file-system calls (see SYNC_PUT_MAX). */
+  syncSmallPuts?: boolean;
 }
 
 export class LocalObjectStore implements ObjectStore {
   readonly location: string;
   private readonly bucketDir: string;
   private readonly prefix: string;
+  private readonly syncPutMax: number;
 
   constructor(opts: LocalStoreOptions) {
     if (!opts.bucket || opts.bucket.includes('/') || opts.bucket === '.' || opts.bucket === '..') {
@@ -262,6 +286,7 @@ export class LocalObjectStore implements ObjectStore {
     }
     this.bucketDir = path.join(root, opts.bucket);
     this.prefix = opts.prefix;
+    this.syncPutMax = opts.syncSmallPuts ? SYNC_PUT_MAX : -1;
     this.location = `file://${this.bucketDir}/${opts.prefix}`;
   }
 
@@ -356,10 +381,11 @@ export class LocalObjectStore implements ObjectStore {
     const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
     // The body is written and fsynced before the lock is taken; under the lock only the
     // check and the rename happen, so racing writers hold it briefly.
-    const small = body.length <= SYNC_PUT_MAX;
+    const small = body.length <= this.syncPutMax;
     let etag: string;
     for (let attempt = 0; ; attempt++) {
-      mkdirDurableSync(dir);
+      if (small) mkdirDurableSync(dir);
+      else await mkdirDurable(dir);
       try {
         etag = small ? writeNewFileSync(tmp, body) : await writeNewFile(tmp, body);
         break;
