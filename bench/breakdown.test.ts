@@ -3,7 +3,7 @@
 // no stage is stamped before its cause, and every process's CPU and wake-ups per put are
 // reported. No timing thresholds. And the join on its own.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Stage, STAGE_NAMES, type StageFile } from '../shared/stages.js';
 import { joinBreakdown, stageDefs, type Breakdown } from './breakdown-join.js';
 import type { ProcessCost } from './proc.js';
+import { perfUnavailable } from './syscall-trace.js';
 
 const BREAKDOWN = fileURLToPath(new URL('./breakdown.js', import.meta.url));
 
@@ -60,20 +61,12 @@ for (const cluster of [false, true]) {
   });
 }
 
-/** Why perf cannot record syscalls here (not installed, or not allowed), or undefined. */
-function perfCannotRecord(): string | undefined {
-  const probe = spawnSync('perf', ['record', '-q', '-e', 'syscalls:sys_enter_fdatasync', '-o', '/dev/null', '--', 'true'], { encoding: 'utf8' });
-  if (probe.error) return `perf is not installed (${probe.error.message})`;
-  return probe.status === 0 ? undefined : `perf cannot record syscalls here: ${(probe.stderr || '').trim().split('\n')[0]}`;
-}
-
-const noPerf = perfCannotRecord();
+const noPerf = perfUnavailable();
 test('breakdown --syscalls on a real single node: every measured put joined with its syscalls, both hops of the gateway and storage shown', { timeout: 90_000, skip: noPerf }, async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-test-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'breakdown.json');
-  // 300 warm-up puts: perf attaches to every thread meanwhile.
-  const { code, output } = await run(['--puts', '200', '--warmup', '300', '--no-etcd', '--syscalls', '--out', out]);
+  const { code, output } = await run(['--puts', '200', '--warmup', '20', '--no-etcd', '--syscalls', '--out', out]);
   assert.equal(code, 0, `breakdown exited with ${code}:\n${output}`);
   const report = JSON.parse(await readFile(out, 'utf8')) as { kvsSyscalls: { unmatched: number; stages: Record<string, { p50: number; p99: number }> } };
   const { unmatched, stages } = report.kvsSyscalls;

@@ -112,12 +112,16 @@ async function serialPuts(endpoint: string, n: number, warmup: number, pids: () 
   const bodies = Array.from({ length: warmup + n }, (_, i) => encode('etcdserverpb.PutRequest', { key: key('breakdown', i), value: v }));
   const puts: ClientPut[] = [];
   let before = sampleProcesses(pids());
-  // Started before the warm-up, so that perf is attached to every thread by the measured puts.
   const dir = syscalls ? await mkdtemp(path.join(os.tmpdir(), 'kvs-breakdown-perf-')) : undefined;
-  const names = new Map([...pids(), process.pid].map((pid) => [pid, pid === process.pid ? 'client' : processName(pid)]));
-  const recording = dir ? new SyscallRecording([...names.keys()], path.join(dir, 'perf.data')) : undefined;
+  if (dir) cleanup.dir(dir);
+  let recording: SyscallRecording | undefined;
   let stages: SyscallStages | undefined;
   try {
+    const names = new Map([...pids(), process.pid].map((pid) => [pid, pid === process.pid ? 'client' : processName(pid)]));
+    if (dir) {
+      recording = new SyscallRecording([...names.keys()], path.join(dir, 'perf.data'));
+      await recording.start(); // recording every thread from here
+    }
     await kv.connect();
     for (let i = 0; i < bodies.length; i++) {
       if (i === warmup) before = sampleProcesses(pids());
@@ -131,8 +135,11 @@ async function serialPuts(endpoint: string, n: number, warmup: number, pids: () 
     return { puts, costs: processCosts(before, after, puts.length), syscalls: stages };
   } finally {
     kv.close();
-    if (recording && !stages) await recording.stop().catch(() => undefined);
-    if (dir) await rm(dir, { recursive: true, force: true });
+    if (recording && !stages) await recording.abort();
+    if (dir) {
+      await rm(dir, { recursive: true, force: true });
+      cleanup.dirGone(dir);
+    }
   }
 }
 

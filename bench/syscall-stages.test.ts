@@ -31,6 +31,7 @@ test('parsePerfScript reads the events the join needs, in time order, and drops 
     ],
   );
   assert.ok(Math.abs(events[1]!.us - 35721662590.714) < 0.01, String(events[1]!.us));
+  assert.equal(events[4]!.fd, 0x17);
 });
 
 const CLIENT = 1;
@@ -46,18 +47,24 @@ const names = new Map([
   [SUPERVISOR, 'supervisor'],
 ]);
 const ev = (pid: number, us: number, kind: SyscallKind, tid = pid, bytes = 100): SyscallEvent => ({ pid, tid, us, kind, bytes });
+const sync = (pid: number, us: number, fd: number, tid = pid): SyscallEvent => ({ pid, tid, us, kind: 'fsync-enter', bytes: 0, fd });
+const WAL_FD = 23;
 
 /** One kvs put starting at `t0`: each gap is a different number of µs, so a stage shows its own. */
 function kvsPut(t0: number): SyscallEvent[] {
   return [
     ev(CLIENT, t0 + 10, 'write'), // the request
+    ev(SUPERVISOR, t0 + 20, 'read'), // a bystander's read, before the gateway's: not the server's
     ev(GATEWAY, t0 + 30, 'read'),
     ev(GATEWAY, t0 + 70, 'write'), // to storage
     ev(SUPERVISOR, t0 + 100, 'read'), // a bystander: not on the put's path
     ev(STORAGE, t0 + 150, 'read'),
     ev(STORAGE, t0 + 160, 'write', STORAGE + 1), // another thread of storage's: not the WAL write
+    // Another file's sync, before the WAL's (an upload's, LMDB's): in some puts only, so the
+    // WAL's file is the one synced most often.
+    ...(t0 % 2_000 === 0 ? [sync(STORAGE, t0 + 170, 31, STORAGE + 1), ev(STORAGE, t0 + 180, 'fsync-exit', STORAGE + 1)] : []),
     ev(STORAGE, t0 + 310, 'write'), // the WAL
-    ev(STORAGE, t0 + 320, 'fsync-enter'),
+    sync(STORAGE, t0 + 320, WAL_FD),
     ev(STORAGE, t0 + 640, 'fsync-exit'),
     ev(STORAGE, t0 + 700, 'write'), // the answer, to the gateway
     ev(CLIENT, t0 + 760, 'read'), // a WINDOW_UPDATE, say: the client is never a handoff
@@ -70,7 +77,7 @@ function kvsPut(t0: number): SyscallEvent[] {
 const p50 = (list?: number[]) => list && [...list].sort((a, b) => a - b)[list.length >> 1];
 
 test('syscallStages: kvs puts, each handoff between its processes a stage of its own', () => {
-  const events = [...kvsPut(1_000), ...kvsPut(2_000), ...kvsPut(3_000).filter((e) => e.kind !== 'fsync-enter')];
+  const events = [...kvsPut(1_000), ...kvsPut(2_000), ...kvsPut(3_000).filter((e) => e.fd !== WAL_FD), sync(STORAGE, 4_000, WAL_FD)];
   const puts = [1_000, 2_000, 3_000].map((t) => ({ send: t, receive: t + 900 }));
   const { samples, unmatched } = syscallStages(events, puts, CLIENT, names);
   assert.equal(unmatched, 1, 'the put without an fdatasync is not joined');
@@ -101,13 +108,16 @@ test('syscallStages: an etcd put has the same main stages and no handoffs', () =
     ev(CLIENT, t0 + 10, 'write'),
     ev(ETCD, t0 + 40, 'read', 31),
     ev(ETCD, t0 + 90, 'write', 31), // a WINDOW_UPDATE from the reading thread
+    sync(ETCD, t0 + 100, 7, 34), // bbolt's, on another file
+    ev(ETCD, t0 + 110, 'fsync-exit', 34),
     ev(ETCD, t0 + 140, 'write', 32), // the WAL, by the thread that syncs
-    ev(ETCD, t0 + 150, 'fsync-enter', 32),
+    sync(ETCD, t0 + 150, 10, 32),
     ev(ETCD, t0 + 450, 'fsync-exit', 32),
     ev(ETCD, t0 + 520, 'write', 33), // the answer
     ev(CLIENT, t0 + 560, 'read'),
   ];
-  const { samples, unmatched } = syscallStages(events, [{ send: t0, receive: t0 + 600 }], CLIENT, names);
+  // The WAL's file is the one synced most often: a second put's worth of its syncs.
+  const { samples, unmatched } = syscallStages([...events, sync(ETCD, t0 + 700, 10, 32)], [{ send: t0, receive: t0 + 600 }], CLIENT, names);
   assert.equal(unmatched, 0);
   assert.equal(p50(samples.get('client write() → server read()')), 30);
   assert.equal(p50(samples.get('server read() → WAL write')), 100);

@@ -14,6 +14,8 @@ export interface SyscallEvent {
   kind: SyscallKind;
   /** Bytes read (the syscall's result) or asked to write; 0 for the fsync events. */
   bytes: number;
+  /** The file descriptor synced (fsync-enter only). */
+  fd?: number;
 }
 
 /** perf's tracepoints, by what they are to the join. */
@@ -50,14 +52,18 @@ export function parsePerfScript(text: string): SyscallEvent[] {
     if (!kind) continue;
     const rest = m[5]!;
     let bytes = 0;
-    if (kind === 'read') {
+    let fd: number | undefined;
+    if (kind === 'fsync-enter') {
+      const m = /fd: (0x[0-9a-f]+)/.exec(rest);
+      if (m) fd = Number(m[1]);
+    } else if (kind === 'read') {
       bytes = Number(BigInt.asIntN(64, BigInt(rest.trim())));
       if (bytes <= 0) continue;
     } else if (kind === 'write') {
       const count = /(?:count|len|vlen): (0x[0-9a-f]+)/.exec(rest);
       bytes = count ? Number(count[1]) : 1;
     }
-    out.push({ pid: Number(m[1]), tid: Number(m[2]), us: Number(m[3]) * 1e6, kind, bytes });
+    out.push({ pid: Number(m[1]), tid: Number(m[2]), us: Number(m[3]) * 1e6, kind, bytes, ...(fd === undefined ? {} : { fd }) });
   }
   return out.sort((a, b) => a.us - b.us);
 }
@@ -77,9 +83,12 @@ export interface SyscallStages {
 /**
  * Joins the events with the client's puts (one at a time, so each put owns the events inside
  * its send..receive window). Per put:
- * - the client's write() of the request, and the first read by a server process after it;
- * - the server's last write before its fdatasync, by the thread that syncs (the WAL write);
- * - the fdatasync;
+ * - the client's write() of the request;
+ * - the WAL's fdatasync: the first after it on the file that the servers sync most often
+ *   (another file's sync, etcd's bbolt every 100 ms or an archiver's upload, is not a stage);
+ * - the first read after the request by a server process on the path to that fdatasync (the
+ *   process that syncs, or one that writes before it: not a bystander such as the supervisor);
+ * - the syncing thread's last write before its fdatasync (the WAL write);
  * - the server's last write before the client's last read (the answer), and that read.
  * Between the request's read and the WAL write, and between the fdatasync and the answer, each
  * handoff from one server process to another (kvs's gateway → storage and back) is a stage of
@@ -93,6 +102,7 @@ export function syscallStages(events: readonly SyscallEvent[], puts: readonly Ti
     list.push(v);
   };
   const name = (pid: number) => names.get(pid) ?? `pid ${pid}`;
+  const wal = walFile(events, clientPid);
   let unmatched = 0;
   let from = 0;
   for (const put of puts) {
@@ -102,23 +112,26 @@ export function syscallStages(events: readonly SyscallEvent[], puts: readonly Ti
     const w = events.slice(from, to);
     const client = (e: SyscallEvent) => e.pid === clientPid;
     const c0 = w.findIndex((e) => client(e) && e.kind === 'write');
-    const a = w.findIndex((e, i) => i > c0 && !client(e) && e.kind === 'read');
-    const enter = w.findIndex((e, i) => i > a && !client(e) && e.kind === 'fsync-enter');
-    const exit = enter < 0 ? -1 : w.findIndex((e, i) => i > enter && e.tid === w[enter]!.tid && e.kind === 'fsync-exit');
+    const enter = w.findIndex((e, i) => i > c0 && e.kind === 'fsync-enter' && e.pid === wal?.pid && e.fd === wal.fd);
+    const syncer = enter < 0 ? undefined : w[enter]!;
+    const a = w.findIndex(
+      (e, i) => i > c0 && i < enter && !client(e) && e.kind === 'read' && (e.pid === syncer!.pid || w.some((x, j) => j > i && j < enter && x.pid === e.pid && x.kind === 'write')),
+    );
+    const exit = enter < 0 ? -1 : w.findIndex((e, i) => i > enter && e.tid === syncer!.tid && e.kind === 'fsync-exit');
     const r = lastIndex(w, (e, i) => i > exit && client(e) && e.kind === 'read');
-    const d = lastIndex(w, (e, i) => i > a && i < enter && e.tid === w[enter]!.tid && e.kind === 'write');
+    const d = lastIndex(w, (e, i) => i > a && i < enter && e.tid === syncer!.tid && e.kind === 'write');
     const ans = lastIndex(w, (e, i) => i > exit && i < r && !client(e) && e.kind === 'write');
     if (c0 < 0 || a < 0 || enter < 0 || exit < 0 || r < 0 || ans < 0) {
       unmatched++;
       continue;
     }
     const t = (i: number) => w[i]!.us;
-    const wal = d < 0 ? enter : d;
+    const walWrite = d < 0 ? enter : d;
     add('client: stamp → write()', t(c0) - put.send);
     add('client write() → server read()', t(a) - t(c0));
-    add('server read() → WAL write', t(wal) - t(a));
-    hops(w, a, wal, clientPid, name, (stage, v) => add(`  request: ${stage}`, v));
-    add('WAL write → fdatasync returns', t(exit) - t(wal));
+    add('server read() → WAL write', t(walWrite) - t(a));
+    hops(w, a, walWrite, clientPid, name, (stage, v) => add(`  request: ${stage}`, v));
+    add('WAL write → fdatasync returns', t(exit) - t(walWrite));
     add('  of which fdatasync', t(exit) - t(enter));
     add('fdatasync returns → answer written', t(ans) - t(exit));
     hops(w, exit, ans, clientPid, name, (stage, v) => add(`  answer: ${stage}`, v));
@@ -127,6 +140,21 @@ export function syscallStages(events: readonly SyscallEvent[], puts: readonly Ti
     add('total', put.receive - put.send);
   }
   return { samples, unmatched };
+}
+
+/** The (process, file descriptor) synced most often by the servers: the WAL's. */
+function walFile(events: readonly SyscallEvent[], clientPid: number): { pid: number; fd: number } | undefined {
+  const counts = new Map<string, { pid: number; fd: number; n: number }>();
+  for (const e of events) {
+    if (e.kind !== 'fsync-enter' || e.pid === clientPid || e.fd === undefined) continue;
+    const k = `${e.pid}/${e.fd}`;
+    const c = counts.get(k) ?? { pid: e.pid, fd: e.fd, n: 0 };
+    c.n++;
+    counts.set(k, c);
+  }
+  let best: { pid: number; fd: number; n: number } | undefined;
+  for (const c of counts.values()) if (!best || c.n > best.n) best = c;
+  return best && { pid: best.pid, fd: best.fd };
 }
 
 /**
@@ -141,7 +169,9 @@ function hops(w: readonly SyscallEvent[], start: number, end: number, clientPid:
   while (w[at]!.pid !== w[end]!.pid) {
     const here = w[at]!.pid;
     // The next process on the path: one that reads and then writes on toward `end` (a read by
-    // a bystander, the supervisor collecting metrics say, is not a handoff).
+    // a bystander, the supervisor collecting metrics say, is not a handoff). Its first read is
+    // taken as the handoff's arrival; an unrelated read of its own just before (a timer's
+    // eventfd) would shorten the crossing, which shows in the tails, not the medians.
     const onPath = (e: SyscallEvent, i: number) =>
       e.pid === w[end]!.pid || w.some((x, j) => j > i && j <= end && x.pid === e.pid && x.kind === 'write');
     const next = w.findIndex((e, i) => i > at && i <= end && e.pid !== here && e.pid !== clientPid && e.kind === 'read' && onPath(e, i));

@@ -1,13 +1,14 @@
 // The object-store contract against the local directory store, plus what only it has:
 // its on-disk layout keeps every key inside the bucket directory.
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync } from 'node:fs';
+import fsSync, { readdirSync } from 'node:fs';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { test } from 'node:test';
+import { test, type Mock } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LocalObjectStore } from '../shared/objectstore/local.js';
+import { PreconditionFailedError } from '../shared/objectstore/store.js';
 import { objectStoreContract } from './objectstore-contract.js';
 import { fileScope, tempDir } from './harness.js';
 import { failed, keys, kvs } from './objectstore-fixtures.js';
@@ -111,26 +112,38 @@ test('local store: a damaged directory is an error for every read, never "no suc
   failed(await kvs(['status', '--s3-endpoint', endpoint, '--s3-bucket', 'c', '--s3-prefix', 'p/']), damage);
 });
 
-test('local store: a put holds the caller\'s event loop only with syncSmallPuts (the archiver), and only up to 256 KiB', async () => {
-  const files = (dir: string) => readdirSync(dir, { recursive: true }).map(String);
+test('local store: a put holds the caller\'s event loop only with syncSmallPuts (the archiver), and only up to 256 KiB', async (t) => {
+  const blocking = ['mkdirSync', 'openSync', 'writeSync', 'fsyncSync', 'fstatSync', 'statSync', 'renameSync', 'rmSync', 'closeSync'] as const;
+  const calls = () => Object.fromEntries(blocking.map((m) => [m, (fsSync[m] as unknown as Mock<() => void>).mock.callCount()]));
+  const none = Object.fromEntries(blocking.map((m) => [m, 0]));
+  const counting = async (fn: () => Promise<unknown>) => {
+    for (const m of blocking) t.mock.method(fsSync, m);
+    try {
+      await fn();
+      return calls();
+    } finally {
+      t.mock.restoreAll();
+    }
+  };
   const mk = (bucket: string, syncSmallPuts: boolean) => new LocalObjectStore({ root, bucket, prefix: 'p/', syncSmallPuts });
-  // The peer agent's store: the put returns to the caller before anything is on disk, so the
-  // loop is free for heartbeats and ACKs while the disk is slow.
+  // The peer agent's store: no step of a put blocks, so its loop stays free for heartbeats and
+  // ACKs while the disk is slow. The leader lock's puts are conditional.
   const plain = mk('async', false);
-  const a = plain.put('lock', Buffer.from('{"term":1}'));
-  assert.deepEqual(existsSync(path.join(root, 'async')) ? files(path.join(root, 'async')) : [], []);
-  await a;
-  // The archiver's: a small put's body is written and fsynced before the put yields.
+  assert.deepEqual(await counting(() => plain.put('leader/lock', Buffer.from('{"term":1}'), { ifNoneMatch: '*' })), none);
+  const { etag } = (await plain.head('leader/lock'))!;
+  assert.deepEqual(await counting(() => plain.put('leader/lock', Buffer.from('{"term":2}'), { ifMatch: etag })), none);
+  await assert.rejects(counting(() => plain.put('leader/lock', Buffer.from('{"term":3}'), { ifMatch: etag })), PreconditionFailedError);
+  // The archiver's: a small put writes, fsyncs and renames synchronously ...
   const sync = mk('sync', true);
-  const b = sync.put('wal/1', Buffer.from('record'));
-  assert.equal(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')).length, 1);
-  await b;
-  // ... but a large one (a checkpoint piece) is not.
-  const c = sync.put('ckpt/1', Buffer.alloc(256 * 1024 + 1, 1));
-  assert.equal(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')).length, 0);
-  await c;
-  for (const [store, key, size] of [[plain, 'lock', 10], [sync, 'wal/1', 6], [sync, 'ckpt/1', 256 * 1024 + 1]] as const) {
-    assert.equal((await store.get(key))?.body.length, size, key);
+  const small = await counting(() => sync.put('wal/1', Buffer.from('record')));
+  assert.ok(small.fsyncSync! >= 2 && small.renameSync === 1, JSON.stringify(small));
+  // ... a large one (a checkpoint's piece) does not.
+  assert.deepEqual(await counting(() => sync.put('ckpt/1', Buffer.alloc(256 * 1024 + 1, 1))), none);
+  for (const [store, key, body] of [[plain, 'leader/lock', '{"term":2}'], [sync, 'wal/1', 'record']] as const) {
+    assert.equal((await store.get(key))?.body.toString(), body, key);
   }
-  assert.deepEqual(files(path.join(root, 'sync')).filter((f) => path.basename(f).startsWith('.tmp-')), []);
+  assert.equal((await sync.get('ckpt/1'))?.body.length, 256 * 1024 + 1);
+  // No temporary file is left behind, the refused put's included.
+  const leftovers = (dir: string) => readdirSync(dir, { recursive: true }).map(String).filter((f) => path.basename(f).startsWith('.tmp-'));
+  assert.deepEqual([...leftovers(path.join(root, 'async')), ...leftovers(path.join(root, 'sync'))], []);
 });

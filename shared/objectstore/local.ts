@@ -177,19 +177,23 @@ function mkdirDurableSync(dir: string): void {
   fsyncDirSync(path.dirname(dir));
 }
 
-/** mkdirDurableSync, asynchronously. */
+/**
+ * mkdirDurableSync, asynchronously. The parent is synced even when the directory was there:
+ * whoever made it (another put of this process, awaiting its own sync of the parent) may not
+ * have synced its entry yet, and this put must not be acknowledged before that.
+ */
 async function mkdirDurable(dir: string): Promise<void> {
   try {
     await fs.mkdir(dir);
   } catch (err) {
-    if (isCode(err, 'EEXIST')) return;
-    if (!isCode(err, 'ENOENT')) throw err;
-    await mkdirDurable(path.dirname(dir));
-    try {
-      await fs.mkdir(dir);
-    } catch (err2) {
-      if (!isCode(err2, 'EEXIST')) throw err2;
-      return;
+    if (!isCode(err, 'EEXIST', 'ENOENT')) throw err;
+    if (isCode(err, 'ENOENT')) {
+      await mkdirDurable(path.dirname(dir));
+      try {
+        await fs.mkdir(dir);
+      } catch (err2) {
+        if (!isCode(err2, 'EEXIST')) throw err2;
+      }
     }
   }
   await fsyncDir(path.dirname(dir));
@@ -384,30 +388,36 @@ export class LocalObjectStore implements ObjectStore {
     const small = body.length <= this.syncPutMax;
     let etag: string;
     for (let attempt = 0; ; attempt++) {
-      if (small) mkdirDurableSync(dir);
-      else await mkdirDurable(dir);
       try {
-        etag = small ? writeNewFileSync(tmp, body) : await writeNewFile(tmp, body);
+        if (small) {
+          mkdirDurableSync(dir);
+          etag = writeNewFileSync(tmp, body);
+        } else {
+          await mkdirDurable(dir);
+          etag = await writeNewFile(tmp, body);
+        }
         break;
       } catch (err) {
-        // A concurrent delete removed the (empty) directory between mkdir and open.
+        // A concurrent delete removed the (empty) directory, or one above it, meanwhile.
         if (!isCode(err, 'ENOENT') || attempt >= 5) throw err;
       }
     }
     try {
       await withKeyLock(file, async () => {
         if (opts.ifNoneMatch === '*' || opts.ifMatch !== undefined) {
-          const current = this.headFileSync(key);
+          const current = small ? this.headFileSync(key) : await this.headFile(key);
           if (opts.ifNoneMatch === '*' && current) throw new PreconditionFailedError(key);
           if (opts.ifMatch !== undefined && current?.etag !== opts.ifMatch) throw new PreconditionFailedError(key);
         }
-        fsSync.renameSync(tmp, file);
+        if (small) fsSync.renameSync(tmp, file);
+        else await fs.rename(tmp, file);
       });
       if (small) fsyncDirSync(dir);
       else await fsyncDir(dir);
       return { etag };
     } catch (err) {
-      fsSync.rmSync(tmp, { force: true });
+      if (small) fsSync.rmSync(tmp, { force: true });
+      else await fs.rm(tmp, { force: true });
       throw err;
     }
   }
