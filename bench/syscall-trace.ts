@@ -46,8 +46,10 @@ export class SyscallRecording {
   async start(): Promise<void> {
     const acks = this.perf.stdio[4] as Readable;
     const acked = new Promise<void>((resolve, reject) => {
+      let said = '';
       acks.on('data', (b: Buffer) => {
-        if (b.toString().includes('ack')) resolve();
+        said += b.toString();
+        if (said.includes('ack')) resolve();
       });
       this.closed.then((exit) => reject(this.failure('perf record ended before it started recording', exit)), reject);
     });
