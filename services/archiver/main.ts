@@ -18,6 +18,7 @@ import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/in
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import type { Latest, SstRef } from '../../shared/objectstore/layout.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
+import { readLocalDbMeta } from './db-meta.js';
 import { restoreDataDir, StartupError, type BranchPoint } from './restore.js';
 import { listTermStarts, listWalSegments, readLatest, requireCheckpointManifest, storedPosition } from '../../shared/objectstore/catalog.js';
 import { knownPieces, takeCheckpoint, type CheckpointResult } from './checkpoint.js';
@@ -78,7 +79,12 @@ export async function runArchiver(cfg: Config): Promise<void> {
   // Cluster mode: checkpoints on the leader only, under its term.
   const role = clusterMode(cfg) ? new LeaderRole(socketPath(cfg.dataDir, 'peer')) : undefined;
   const checkpoints = new Checkpoints(store, cfg.dataDir, log, latest, readLocalManifest(cfg.dataDir)?.branch, openPrefix, () => role?.term ?? Math.max(SINGLE_NODE_TERM, clusterTerm), role !== undefined);
-  const mayCheckpoint = () => !role || role.leading;
+  // A checkpoint opens the database read-only. Storage creates the database before it opens its
+  // upload stream: until that stream came (or when storage already ran), the database may be
+  // half created, and a read-only open of it beside its writer has crashed a process (storage
+  // exited by SIGSEGV at a node's first start).
+  let databaseCreated = storageRunning;
+  const mayCheckpoint = () => (!role || role.leading) && databaseCreated;
   checkpoints.onWritten = (l) => {
     latest = l;
     uploader.checkpointIndex = Math.max(uploader.checkpointIndex, l.appliedIndex);
@@ -93,7 +99,8 @@ export async function runArchiver(cfg: Config): Promise<void> {
   // whose first checkpoint never happened): checkpoint it before storage uploads its WAL, so
   // that the uploaded WAL continues from a checkpoint instead of missing its beginning.
   // (Not when the archiver restarts alone: the node runs, the periodic checkpoint does it.)
-  if (!latest && !role && !storageRunning && fs.existsSync(path.join(dbPath(cfg.dataDir), 'data.mdb'))) {
+  // (Nor when its creation was cut short: it holds nothing yet, and storage creates it.)
+  if (!latest && !role && !storageRunning && (await readLocalDbMeta(cfg.dataDir))) {
     reportState('first checkpoint of the existing database');
     const r = await checkpoints.run();
     // Its WAL before the checkpoint may be gone locally; the uploaded WAL starts after it.
@@ -102,8 +109,12 @@ export async function runArchiver(cfg: Config): Promise<void> {
 
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   server.addService(service('kvs.archiver.Archiver'), {
-    Upload: (call: grpc.ServerDuplexStream<any, unknown>) => uploader.serve(call),
+    Upload: (call: grpc.ServerDuplexStream<any, unknown>) => {
+      databaseCreated = true;
+      uploader.serve(call);
+    },
     Checkpoint: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => {
+      if (!databaseCreated) return cb({ code: grpc.status.UNAVAILABLE, details: 'checkpoint failed: storage has not opened the database yet; try again once the node is ready' });
       checkpoints.run().then(
         (r) => cb(null, { key: r.key, revision: r.latest.revision, appliedIndex: r.latest.appliedIndex, pieces: r.pieces, uploadedPieces: r.uploaded, unchanged: r.unchanged }),
         (err: Error) => cb({ code: grpc.status.UNAVAILABLE, details: `checkpoint failed: ${err.message}` }),

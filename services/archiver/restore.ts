@@ -21,7 +21,7 @@ import { dbPath } from '../../shared/mvcc/schema.js';
 import { fsyncDir } from '../storage/wal/segment.js';
 import { LOCAL_MANIFEST, dataEntries, readLocalManifest, writeLocalManifest, type LocalManifest } from './local-manifest.js';
 import { localWalRange, materializeWal, type WalObject } from './wal-objects.js';
-import { readDbMeta } from './db-meta.js';
+import { readDbMeta, readLocalDbMeta } from './db-meta.js';
 import { progressReporter } from '../../shared/progress.js';
 
 /** A failure the node cannot start past; the message says what to do. */
@@ -143,8 +143,7 @@ export async function restoreDataDir(store: ObjectStore, dataDir: string, opts: 
   if (latest || opts.branch || opts.fetchWal !== false) {
     state('listing uploaded WAL');
     // What is already in the database (a checkpoint restored, or the local one) is not needed.
-    const db = path.join(dbPath(dataDir), 'data.mdb');
-    const applied = fs.existsSync(db) ? (await readDbMeta(dataDir)).appliedIndex : 0;
+    const applied = (await readLocalDbMeta(dataDir))?.appliedIndex ?? 0;
     result.walObjects = await listWalSegments(store, { after: BigInt(Math.min(applied, result.baseIndex)) });
   }
   if (opts.fetchWal !== false && result.walObjects.length) {
@@ -232,7 +231,7 @@ async function downloadCheckpoint(
  */
 async function fetchMissingWal(store: ObjectStore, objects: WalObject[], dataDir: string, log: Logger): Promise<number> {
   const walDir = path.join(dataDir, 'wal');
-  const applied = fs.existsSync(path.join(dbPath(dataDir), 'data.mdb')) ? BigInt((await readDbMeta(dataDir)).appliedIndex) : 0n;
+  const applied = BigInt((await readLocalDbMeta(dataDir))?.appliedIndex ?? 0);
   const local = localWalRange(walDir);
   let written = 0;
   if (local && local.first > applied + 1n) {

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { open } from 'lmdb';
-import { dbPath, openMvcc, META, SCHEMA_VERSION, SchemaVersionError } from './schema.js';
+import { dbPath, NotCreatedError, openMvcc, META, SCHEMA_VERSION, SchemaVersionError } from './schema.js';
 import { HISTORY_DICTIONARY } from './dictionary.js';
 import { decodeKeyValue, encodeKeyValue } from './keyvalue.js';
 import { revKey } from './revision.js';
@@ -158,4 +158,26 @@ test('a layout 2 database is upgraded by its writer: its records stay readable b
   t.after(() => reader.env.close());
   assert.deepEqual([...reader.history.getRange({})].map(({ value }) => Buffer.from(value)), [first.record, second.record]);
   assert.equal((await contents(dir)).meta[META.schemaVersion], SCHEMA_VERSION, 'a kvs reading only layout 2 refuses version 3');
+});
+
+test('a reader opening a database its writer has not created yet is told so, and opens it once its layout version is written', async (t) => {
+  const dataDir = tempDir(t);
+  fs.mkdirSync(dbPath(dataDir), { recursive: true });
+  // The writer has created the file, then its meta table, then the version in it: a reader
+  // may come at any of these points.
+  const env = open<Buffer, Buffer>({ path: dbPath(dataDir), maxDbs: 16, encoding: 'binary', keyEncoding: 'binary' });
+  const notCreated = () =>
+    assert.throws(() => openMvcc(dataDir, { readOnly: true }), (err: Error) => err instanceof NotCreatedError && err.message.includes(`the database in ${dbPath(dataDir)} is not created yet`));
+  notCreated();
+  const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
+  notCreated();
+  await meta.put(META.schemaVersion, SCHEMA_VERSION);
+  const early = openMvcc(dataDir, { readOnly: true });
+  assert.equal(early.meta.get(META.schemaVersion), SCHEMA_VERSION);
+  await early.env.close();
+  await env.close();
+  // A writer opens it as it is.
+  const writer = openMvcc(dataDir, { readOnly: false });
+  assert.equal(writer.meta.get(META.schemaVersion), SCHEMA_VERSION);
+  await writer.env.close();
 });

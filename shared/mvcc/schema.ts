@@ -142,20 +142,37 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
 }
 
 /**
+ * A reader opened a database its writer (storage) has not created yet: the file without its
+ * layout version. (lmdb-js would open a missing table as `undefined`, and the database would
+ * look broken instead of not there yet.)
+ */
+export class NotCreatedError extends Error {
+  constructor(dir: string) {
+    super(`the database in ${dir} is not created yet (it has no layout version): storage has not finished opening it; try again once it has`);
+    this.name = 'NotCreatedError';
+  }
+}
+
+function tableNames(env: RootDatabase<Buffer, Buffer>): string[] {
+  return [...env.getKeys()].map((k) => Buffer.from(k as Uint8Array).toString('utf8').replace(/\0$/, ''));
+}
+
+/**
  * Refuses a database of another layout version. A database without a version is new when it
  * has no tables yet; one with tables but no version is version 1.
  */
 function checkSchema(env: RootDatabase<Buffer, Buffer>, dir: string, readOnly: boolean): void {
-  const tables = new Set([...env.getKeys()].map((k) => Buffer.from(k as Uint8Array).toString('utf8').replace(/\0$/, '')));
+  const tables = new Set(tableNames(env));
   if (!tables.has('meta')) {
     if (tables.size > 0) throw new SchemaVersionError(`the database in ${dir}`, 1);
+    if (readOnly) throw new NotCreatedError(dir);
     return;
   }
   const meta = env.openDB<any, string>({ name: 'meta', encoding: 'msgpack', keyEncoding: 'ordered-binary' });
   const v = meta.get(META.schemaVersion) as number | undefined;
   if (v === undefined) {
     if (tables.size > 1 || meta.getCount() > 0) throw new SchemaVersionError(`the database in ${dir}`, 1);
-    if (readOnly) return;
+    if (readOnly) throw new NotCreatedError(dir);
   } else if (!READABLE_VERSIONS.has(v)) {
     throw new SchemaVersionError(`the database in ${dir}`, v);
   }
