@@ -70,6 +70,31 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
  * registry as JSON; the supervisor merges every component's into the node's /metrics.
  * `refresh` sets the gauges that are read off the component's state at scrape time.
  */
+let nodeMetricsId = 0;
+let ownRegistry: ReturnType<typeof processRegistry> | undefined;
+/**
+ * The node's metrics as the metrics address serves them (every component's, merged by the
+ * supervisor); a component run alone has only its own.
+ */
+export function nodeMetrics(owner: Owner, timeoutMs = 5000): Promise<string> {
+  if (!process.send) return (ownRegistry ??= processRegistry(owner)).metrics();
+  const id = ++nodeMetricsId;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => done(undefined, 'the supervisor did not answer'), timeoutMs);
+    const onMessage = (msg: { type?: string; id?: number; text?: string; error?: string }) => {
+      if (msg?.type === 'node-metrics' && msg.id === id) done(msg.text, msg.error);
+    };
+    const done = (text: string | undefined, error: string | undefined) => {
+      clearTimeout(timer);
+      process.off('message', onMessage);
+      if (text !== undefined) resolve(text);
+      else reject(new Error(error ?? 'no metrics'));
+    };
+    process.on('message', onMessage);
+    process.send!({ type: 'node-metrics', id });
+  });
+}
+
 export function serveMetrics(owner: Owner, refresh: () => void = () => {}): void {
   if (!process.send) return;
   const registry = processRegistry(owner);

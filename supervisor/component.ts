@@ -51,6 +51,8 @@ export class Component {
 
   /** The component asked for its node's data to be restored from the latest checkpoint. */
   onRestoreRequest: ((why: string) => void) | undefined;
+  /** The node's merged metrics, for a component that serves them itself (the client port's /metrics). */
+  nodeMetrics: (() => Promise<string>) | undefined;
 
   /** Starts the process and resolves once it reports ready; rejects if it exits first. */
   start(): Promise<void> {
@@ -87,6 +89,13 @@ export class Component {
       if (m?.type === 'health') this.writesRefused = String(m.writesRefused ?? '');
       if (m?.type === 'metrics') this.metricsRequests.get(m.id ?? 0)?.(m.metrics);
       if (m?.type === 'restore-checkpoint') this.onRestoreRequest?.(String((m as { why?: string }).why ?? ''));
+      if (m?.type === 'node-metrics' && this.nodeMetrics) {
+        const id = m.id;
+        this.nodeMetrics().then(
+          (text) => child.connected && child.send({ type: 'node-metrics', id, text }),
+          (err: Error) => child.connected && child.send({ type: 'node-metrics', id, error: err.message }),
+        );
+      }
       if (m?.type !== 'ready') return;
       this.state = 'ready';
       this.log.info({ child: this.name, childPid: this.pid }, `${this.name} ready`);

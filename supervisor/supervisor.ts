@@ -59,6 +59,8 @@ export class Supervisor {
     if (!cluster) M.role.set({ role: 'single' }, 1);
     const peer = this.get('peer');
     if (peer) peer.onRestoreRequest = (why) => void this.restoreFromCheckpoint(why);
+    const gateway = this.get('gateway');
+    if (gateway) gateway.nodeMetrics = () => this.metrics();
   }
 
   /**

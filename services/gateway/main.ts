@@ -8,7 +8,10 @@ import { OpenStreams } from '../../shared/grpc/server.js';
 import { GrpcServer } from '../../shared/grpc/http2-server.js';
 import { clientTlsFiles } from '../../shared/grpc/client-tls.js';
 import { startStages } from '../../shared/stages.js';
-import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
+import { installLifecycle, nodeMetrics, serveMetrics, signalReady } from '../../shared/component.js';
+import { VERSION } from '../../shared/version.js';
+import { JsonGateway } from './json/gateway.js';
+import { http1Server, Http2Exchange } from './json/exchanges.js';
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
 import { storageLink, type WriteLink } from '../../shared/grpc/batch-link.js';
@@ -88,7 +91,30 @@ export async function runGateway(cfg: Config): Promise<void> {
   const concurrency = gatewayBackend(db, node, link, hubWatch(hub));
   const recipeBackend = (call: Parameters<typeof recipeGuard>[1]) => concurrency(recipeGuard(gate, call));
   // etcd: --max-request-bytes plus gRPC overhead; larger messages are refused by gRPC itself.
-  const server = new GrpcServer({ maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES, tls, log });
+  // etcd's JSON gateway on the same port: HTTP/1.x connections, and HTTP/2 requests that are
+  // not gRPC, are read as JSON and served by the same handlers (services/gateway/json).
+  let json: JsonGateway | undefined;
+  const http1 = http1Server((ex) => json!.handle(ex));
+  const server = new GrpcServer({
+    maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
+    tls,
+    log,
+    otherHttp: {
+      connection: (socket) => {
+        http1.emit('connection', socket);
+        socket.resume();
+      },
+      stream: (stream, headers) => json!.handle(new Http2Exchange(stream, headers)),
+    },
+  });
+  json = new JsonGateway({
+    server,
+    maxMessageBytes: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
+    version: { etcdserver: VERSION.etcdCompat, etcdcluster: '3.4.0' },
+    metrics: () => nodeMetrics('gateway'),
+    authEnabled: () => gate.freshMeta().enabled,
+    clientCertAuth: !!tls?.ca,
+  });
   // With auth enabled every service checks its caller (services/gateway/auth).
   const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });
   for (const { def, impl } of [
@@ -109,6 +135,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
       stopping.abort();
+      http1.closeAllConnections();
       await server.shutdown(5000);
       feed.close();
       renewer.close();

@@ -42,6 +42,20 @@ export interface ServerOptions {
   tls?: ClientTlsFiles;
   /** Where failed handshakes and certificate reloads are reported (one line each). */
   log?: ServerLog;
+  /**
+   * Serve what is not gRPC too, on the same port (etcd's JSON gateway): connections that do
+   * not open with the HTTP/2 preface (or negotiate http/1.1 by ALPN) go to `connection`, and
+   * HTTP/2 requests that are not gRPC to `stream`. Without it, both are refused.
+   */
+  otherHttp?: OtherHttp;
+}
+
+/** The client port's other protocols (services/gateway/json). */
+export interface OtherHttp {
+  /** An HTTP/1.x connection; its first bytes were put back (socket.unshift) and it is paused. */
+  connection(socket: net.Socket): void;
+  /** An HTTP/2 request whose content-type is not application/grpc. */
+  stream(stream: ServerStream, headers: RequestHeaders): void;
 }
 
 /** The part of a pino logger the server uses. */
@@ -92,7 +106,8 @@ export function parseTimeout(value: string | string[] | undefined): number | und
 type Method = MethodDefinition<any, any>;
 type Handler = (call: ServerCall<any, any>, cb: UnaryCallback<any>) => void;
 
-interface Route {
+/** A method the server serves: the JSON gateway calls the same handlers (services/gateway/json). */
+export interface Route {
   method: Method;
   handler: Handler;
   kind: 'unary' | 'serverStream' | 'clientStream' | 'bidi';
@@ -305,6 +320,11 @@ export class GrpcServer implements SessionHandler {
     if (opts.log) this.handshakeLog = new RateLimitedLog(opts.log);
   }
 
+  /** The handler of a gRPC method path (`/etcdserverpb.KV/Range`), if served. */
+  route(path: string): Route | undefined {
+    return this.routes.get(path);
+  }
+
   addService(def: ServiceDefinition, impl: Record<string, unknown>): void {
     for (const [name, method] of Object.entries(def) as [string, Method][]) {
       const handler = impl[name] ?? impl[method.originalName ?? ''];
@@ -348,7 +368,8 @@ export class GrpcServer implements SessionHandler {
   }
 
   private tlsListener(files: ClientTlsFiles): tls.Server {
-    const server = tls.createServer(secureContextOptions(files));
+    const alpn = this.opts.otherHttp ? ['h2', 'http/1.1'] : ['h2'];
+    const server = tls.createServer({ ...secureContextOptions(files), ALPNProtocols: alpn });
     const log = this.opts.log;
     const watch = new TlsFileWatch(
       files,
@@ -398,6 +419,13 @@ export class GrpcServer implements SessionHandler {
   /** A connection (plaintext, or TLS after its handshake) becomes an HTTP/2 session. */
   private accept(socket: net.Socket): void {
     const alpn = (socket as tls.TLSSocket).alpnProtocol;
+    const other = this.opts.otherHttp;
+    if (other && (socket as tls.TLSSocket).encrypted) {
+      // ALPN decided: h2 (gRPC, or JSON over HTTP/2), else HTTP/1.1 (clients that offer none).
+      if (alpn !== 'h2') return other.connection(socket);
+    } else if (other) {
+      return this.sniff(socket, other);
+    }
     if ((socket as tls.TLSSocket).encrypted && alpn !== 'h2') {
       // A TLS client that negotiated no ALPN protocol (or http/1.1): not gRPC.
       this.handshakeLog?.warn({ peer: `${socket.remoteAddress}:${socket.remotePort}`, alpn }, 'client TLS connection refused: it did not negotiate HTTP/2 (ALPN h2)');
@@ -405,6 +433,37 @@ export class GrpcServer implements SessionHandler {
       return;
     }
     this.sessions.add(new ServerSession(socket, this));
+  }
+
+  /**
+   * A plaintext connection is HTTP/2 if it opens with the preface ("PRI * HTTP/2.0"), and
+   * HTTP/1.x otherwise. One look at the first bytes per connection, none per call.
+   */
+  private sniff(socket: net.Socket, other: OtherHttp): void {
+    let head: Buffer = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      head = head.length ? Buffer.concat([head, chunk]) : chunk;
+      // 'P' alone could still be POST, PUT or PATCH.
+      if (head.length < 3 && head[0] === 0x50) return;
+      socket.off('data', onData);
+      socket.off('close', onGone);
+      socket.off('error', onGone);
+      socket.pause();
+      socket.unshift(head);
+      if (head.subarray(0, 3).toString('latin1') === 'PRI') {
+        this.sessions.add(new ServerSession(socket, this));
+        socket.resume();
+      } else {
+        other.connection(socket);
+      }
+    };
+    const onGone = () => {
+      socket.off('data', onData);
+      socket.destroy();
+    };
+    socket.on('data', onData);
+    socket.once('close', onGone);
+    socket.once('error', onGone);
   }
 
   /** @internal SessionHandler: a session ended. */
@@ -443,6 +502,7 @@ export class GrpcServer implements SessionHandler {
     const path = String(headers[':path'] ?? '');
     const contentType = headers['content-type'];
     if (headers[':method'] !== 'POST' || typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
+      if (this.opts.otherHttp) return this.opts.otherHttp.stream(stream, headers);
       // Not a gRPC request (grpc-go answers these with HTTP errors too).
       stream.respond(NOT_GRPC_BLOCK, true);
       return;

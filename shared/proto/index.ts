@@ -21,7 +21,7 @@ const FILES = [
   'kvs/peer.proto',
 ];
 
-function load(): protobuf.Root {
+function load(keepCase = false): protobuf.Root {
   const root = new protobuf.Root();
   root.resolvePath = (origin, target) => {
     if (path.isAbsolute(target)) return target;
@@ -29,12 +29,21 @@ function load(): protobuf.Root {
     if (!origin || target.startsWith('kvs/')) return path.join(PROTO_DIR, target);
     return path.join(PROTO_DIR, 'etcd', target);
   };
-  root.loadSync(FILES);
+  root.loadSync(FILES, { keepCase });
   root.resolveAll();
   return root;
 }
 
 export const root = load();
+
+let namedAsWritten: protobuf.Root | undefined;
+/**
+ * The same files with field names as the .proto files write them (`create_revision`, not
+ * `createRevision`): the JSON gateway's names. Loaded on first use, by the gateway alone.
+ */
+export function rootAsWritten(): protobuf.Root {
+  return (namedAsWritten ??= load(true));
+}
 
 const typeCache = new Map<string, protobuf.Type>();
 export function type(name: string): protobuf.Type {

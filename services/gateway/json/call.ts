@@ -1,0 +1,152 @@
+// One JSON gateway request as the services see a gRPC call: the same surface as the client
+// port's ServerCall (request, metadata, write/end, the 'data'/'end'/'cancelled'/'close'/'drain'
+// events, emit('error', status)), so every service runs unchanged behind the gateway. What the
+// service answers goes, as wire bytes, to a sink that writes JSON (exchange.ts) or, for the
+// gateway's own probes (/health), back to the caller.
+import { EventEmitter } from 'node:events';
+import { Metadata, status as Status, type MethodDefinition } from '@grpc/grpc-js';
+import type { StatusLike, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+
+/** Where a call's answers go. */
+export interface CallSink {
+  /** A unary call's response (wire bytes). */
+  unary(wire: Buffer): void;
+  /** One message of a streamed response; false: wait for drain(). */
+  message(wire: Buffer): boolean;
+  /** The end of a streamed call: OK (undefined) or an error status; or a unary call's error. */
+  finish(status: StatusLike | undefined): void;
+  readonly closed: boolean;
+  readonly needDrain: boolean;
+}
+
+type Method = MethodDefinition<any, any>;
+
+export class GatewayCall extends EventEmitter {
+  request: unknown;
+  cancelled = false;
+  private finished = false;
+  private closed = false;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  private deadline: Date | undefined;
+
+  constructor(
+    private readonly sink: CallSink,
+    private readonly method: Method,
+    readonly metadata: Metadata,
+    private readonly peer: string,
+  ) {
+    super();
+  }
+
+  getPath(): string {
+    return this.method.path;
+  }
+
+  getPeer(): string {
+    return this.peer;
+  }
+
+  /**
+   * Always undefined: etcd's gateway does not authenticate by the client certificate's Common
+   * Name (with auth on, such a request is refused before it gets here).
+   */
+  get peerCommonName(): string | undefined {
+    return undefined;
+  }
+
+  get writable(): boolean {
+    return !this.finished && !this.sink.closed;
+  }
+
+  get destroyed(): boolean {
+    return this.sink.closed;
+  }
+
+  get writableNeedDrain(): boolean {
+    return this.sink.needDrain;
+  }
+
+  get isFinished(): boolean {
+    return this.finished;
+  }
+
+  write(message: unknown): boolean {
+    if (this.finished || this.sink.closed) return false;
+    return this.sink.message(this.method.responseSerialize(message) as Buffer);
+  }
+
+  /** Nothing to send ahead of the first message: an HTTP response starts with its status. */
+  sendMetadata(): void {}
+
+  end(): void {
+    this.finish(undefined);
+  }
+
+  fail(err: StatusLike): void {
+    this.finish({ code: typeof err.code === 'number' ? err.code : Status.UNKNOWN, details: err.details ?? err.message ?? '' });
+  }
+
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    if (event === 'error') {
+      this.fail((args[0] ?? {}) as StatusLike);
+      if (this.listenerCount('error') === 0) return false;
+    }
+    return super.emit(event, ...args);
+  }
+
+  respond: UnaryCallback<unknown> = (err, value, written) => {
+    if (err) return this.fail(err);
+    if (this.finished || this.sink.closed) return;
+    let wire: Buffer;
+    try {
+      wire = this.method.responseSerialize(value) as Buffer;
+    } catch (e) {
+      return this.fail({ code: Status.INTERNAL, details: `kvs: cannot encode the response: ${(e as Error).message}` });
+    }
+    this.finished = true;
+    this.clearDeadline();
+    this.sink.unary(wire);
+    written?.();
+  };
+
+  private finish(status: StatusLike | undefined): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.clearDeadline();
+    if (!this.sink.closed) this.sink.finish(status);
+  }
+
+  /** grpc-timeout's equivalent, from the Grpc-Timeout header. */
+  armDeadline(ms: number): void {
+    this.deadline = new Date(Date.now() + ms);
+    this.deadlineTimer = setTimeout(() => {
+      if (this.finished) return;
+      this.cancelled = true;
+      this.fail({ code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' });
+      super.emit('cancelled', 'deadline');
+    }, ms);
+    this.deadlineTimer.unref();
+  }
+
+  getDeadline(): Date | number {
+    return this.deadline ?? Infinity;
+  }
+
+  private clearDeadline(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+  }
+
+  /** The client went away (or the exchange ended): a call still running is cancelled. */
+  closedByClient(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearDeadline();
+    if (!this.finished) {
+      this.finished = true;
+      this.cancelled = true;
+      super.emit('cancelled', 'cancelled');
+    }
+    super.emit('close');
+  }
+}

@@ -1,0 +1,451 @@
+// etcd's HTTP/JSON gateway on the client port (etcd 3.4's grpc-gateway, embed/serve.go): every
+// v3 RPC as `POST /v3/...` with a JSON body, plus GET /version, /health and /metrics. A request
+// is read into the wire bytes of its gRPC message and handed to the same handler the gRPC server
+// runs (GrpcServer.route), with a call object of the same surface (call.ts); the answer's wire
+// bytes are written as etcd's gateway writes them: JSON, `{"result": ...}` lines for streams,
+// `{"error", "message", "code"}` with grpc-gateway's HTTP status for errors.
+//
+// Transport-neutral: HTTP/1.1 (node's http server) and HTTP/2 requests that are not gRPC
+// (h2-exchange.ts) both come in as an HttpExchange.
+import { Metadata, status as Status } from '@grpc/grpc-js';
+import type protobuf from 'protobufjs';
+import { parseTimeout, type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
+import { GatewayCall, type CallSink } from './call.js';
+import { JsonRequestError, readRequest, typeAsWritten, wireToJson } from './proto-json.js';
+import { routeOf } from './routes.js';
+import { rootAsWritten } from '../../../shared/proto/index.js';
+
+/** What the gateway needs of an HTTP request and its response, whichever HTTP it came over. */
+export interface HttpExchange {
+  readonly method: string;
+  /** The request target, query included. */
+  readonly url: string;
+  header(name: string): string | undefined;
+  readonly peer: string;
+  /** The verified client certificate's Common Name (mutual TLS), else undefined. */
+  readonly commonName: string | undefined;
+  onData(fn: (chunk: Buffer) => void): void;
+  onEnd(fn: () => void): void;
+  /** The client went away, or the response ended. */
+  onClose(fn: () => void): void;
+  onDrain(fn: () => void): void;
+  /** Stops reading the body (the rest is not wanted); the response can still be written. */
+  discardBody(): void;
+  respond(status: number, headers: Record<string, string>): void;
+  write(chunk: string): boolean;
+  end(chunk?: string, trailers?: Record<string, string>): void;
+  readonly closed: boolean;
+  readonly needDrain: boolean;
+}
+
+export interface JsonGatewayOptions {
+  server: GrpcServer;
+  /** The largest gRPC message a request may become (the gRPC port's receive limit). */
+  maxMessageBytes: number;
+  /** GET /version's answer. */
+  version: { etcdserver: string; etcdcluster: string };
+  /** GET /metrics's text (Prometheus exposition), as the metrics address serves it. */
+  metrics(): Promise<string>;
+  /** Whether auth is enabled now (a client certificate's CN is refused then, as etcd does). */
+  authEnabled(): boolean;
+  /** Client certificates are required on the client port (--client-tls-ca). */
+  clientCertAuth: boolean;
+}
+
+/** etcd's gateway reads whole bodies; this bounds one: base64 makes bytes 4/3 as long. */
+const BODY_FACTOR = 3;
+
+const CORS = {
+  'Access-Control-Allow-Headers': 'accept, content-type, authorization',
+  'Access-Control-Allow-Methods': 'POST, GET, OPTIONS, PUT, DELETE',
+  'Access-Control-Allow-Origin': '*',
+};
+const JSON_HEADERS = { ...CORS, 'Content-Type': 'application/json' };
+const GRPC_MD = { 'Grpc-Metadata-Content-Type': 'application/grpc' };
+
+/** grpc-gateway's HTTPStatusFromCode. */
+export function httpStatusOf(code: number): number {
+  switch (code) {
+    case Status.OK:
+      return 200;
+    case Status.CANCELLED:
+      return 408;
+    case Status.INVALID_ARGUMENT:
+    case Status.OUT_OF_RANGE:
+      return 400;
+    case Status.DEADLINE_EXCEEDED:
+      return 504;
+    case Status.NOT_FOUND:
+      return 404;
+    case Status.ALREADY_EXISTS:
+    case Status.ABORTED:
+      return 409;
+    case Status.PERMISSION_DENIED:
+      return 403;
+    case Status.UNAUTHENTICATED:
+      return 401;
+    case Status.RESOURCE_EXHAUSTED:
+      return 429;
+    case Status.FAILED_PRECONDITION:
+      return 412;
+    case Status.UNIMPLEMENTED:
+      return 501;
+    case Status.UNAVAILABLE:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  408: 'Request Timeout',
+  409: 'Conflict',
+  412: 'Precondition Failed',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  501: 'Not Implemented',
+  503: 'Service Unavailable',
+  504: 'Gateway Timeout',
+};
+
+const quote = (s: string) => JSON.stringify(s).replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
+const errorBody = (code: number, message: string) => `{"error":${quote(message)},"message":${quote(message)},"code":${code}}`;
+const streamErrorBody = (code: number, message: string) => {
+  const http = httpStatusOf(code);
+  return `{"error":{"grpc_code":${code},"http_code":${http},"message":${quote(message)},"http_status":${quote(STATUS_TEXT[http] ?? '')}}}`;
+};
+
+/** Go's http.Error: plain text and a newline. */
+function plainError(ex: HttpExchange, status: number, text: string, extra: Record<string, string> = {}): void {
+  ex.discardBody();
+  ex.respond(status, { ...CORS, ...extra, 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
+  ex.end(`${text}\n`);
+}
+
+export class JsonGateway {
+  constructor(private readonly opts: JsonGatewayOptions) {}
+
+  handle(ex: HttpExchange): void {
+    const q = ex.url.indexOf('?');
+    const path = q === -1 ? ex.url : ex.url.slice(0, q);
+    if (ex.method === 'OPTIONS') {
+      ex.discardBody();
+      ex.respond(200, CORS);
+      return ex.end();
+    }
+    if (path === '/version' || path === '/health' || path === '/metrics') return this.probe(ex, path, q === -1 ? '' : ex.url.slice(q + 1));
+    const grpcPath = routeOf(path);
+    if (!grpcPath) {
+      // grpc-gateway's mux answers under /v3/, Go's default mux elsewhere.
+      return plainError(ex, 404, path.startsWith('/v3/') || path.startsWith('/v3beta/') ? 'Not Found' : '404 page not found');
+    }
+    if (this.opts.clientCertAuth && ex.commonName && this.opts.authEnabled()) {
+      return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected');
+    }
+    if (ex.method !== 'POST') return plainError(ex, 405, 'Method Not Allowed');
+    const route = this.opts.server.route(grpcPath);
+    if (!route) return this.fail(ex, { code: Status.UNIMPLEMENTED, details: `kvs: ${grpcPath} is not served` }, false);
+    if (route.method.requestStream) this.stream(ex, route);
+    else this.unary(ex, route);
+  }
+
+  private metadataOf(ex: HttpExchange): Metadata {
+    const md = new Metadata();
+    // grpc-gateway passes Authorization through as `authorization`, and Grpc-Metadata-* headers
+    // as metadata without the prefix (a token there works too).
+    const auth = ex.header('authorization');
+    if (auth !== undefined) md.set('authorization', auth);
+    const token = ex.header('grpc-metadata-token');
+    if (token !== undefined) md.set('token', token);
+    return md;
+  }
+
+  private newCall(ex: HttpExchange, route: Route, sink: CallSink): GatewayCall {
+    const call = new GatewayCall(sink, route.method, this.metadataOf(ex), ex.peer);
+    const timeout = parseTimeout(ex.header('grpc-timeout'));
+    if (timeout !== undefined && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
+    ex.onClose(() => call.closedByClient());
+    return call;
+  }
+
+  private unary(ex: HttpExchange, route: Route): void {
+    const type = requestType(route);
+    const limit = this.opts.maxMessageBytes * BODY_FACTOR;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let refused = false;
+    ex.onData((chunk) => {
+      if (refused) return;
+      size += chunk.length;
+      if (size > limit) {
+        refused = true;
+        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), false);
+      }
+      chunks.push(chunk);
+    });
+    ex.onEnd(() => {
+      if (refused || ex.closed) return;
+      let wire: Buffer;
+      try {
+        wire = readRequest(type, Buffer.concat(chunks).toString('utf8'), 0)?.wire ?? Buffer.alloc(0);
+      } catch (err) {
+        if (err instanceof JsonRequestError) return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
+        throw err;
+      }
+      if (wire.length > this.opts.maxMessageBytes) return this.fail(ex, tooLarge(wire.length, this.opts.maxMessageBytes), true);
+      const call = this.newCall(ex, route, this.sink(ex, route, false));
+      try {
+        call.request = route.method.requestDeserialize(wire);
+        route.handler(call as never, call.respond);
+      } catch (err) {
+        call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });
+      }
+    });
+  }
+
+  /**
+   * A client-streaming or bidi call (Watch, LeaseKeepAlive): the body holds one request after
+   * another, each sent to the service as it is complete. As etcd's gateway does, a first
+   * request that does not read fails the call; a later one ends the requests (half-close).
+   */
+  private stream(ex: HttpExchange, route: Route): void {
+    const type = requestType(route);
+    const limit = this.opts.maxMessageBytes * BODY_FACTOR;
+    let text = '';
+    let at = 0;
+    let call: GatewayCall | undefined;
+    let ended = false;
+    const halfClose = () => {
+      if (ended) return;
+      ended = true;
+      ex.discardBody();
+      if (call && !call.isFinished) call.emit('end');
+    };
+    const pump = (final: boolean) => {
+      for (;;) {
+        let next;
+        try {
+          next = readRequest(type, text, at);
+        } catch (err) {
+          if (!(err instanceof JsonRequestError)) throw err;
+          // A request cut short may be completed by the next chunk.
+          if (!final && err.message === 'unexpected EOF') break;
+          if (!call) return void this.fail(ex, { code: Status.UNKNOWN, details: err.message }, false);
+          return halfClose();
+        }
+        if (!next) break;
+        at = next.end;
+        if (next.wire.length > this.opts.maxMessageBytes) {
+          if (!call) return void this.fail(ex, tooLarge(next.wire.length, this.opts.maxMessageBytes), false);
+          return halfClose();
+        }
+        call ??= this.startStream(ex, route);
+        if (call.isFinished) return;
+        try {
+          call.emit('data', route.method.requestDeserialize(next.wire));
+        } catch (err) {
+          return call.fail({ code: Status.INTERNAL, details: `grpc: error unmarshalling request: ${(err as Error).message}` });
+        }
+      }
+      // What was read is dropped; a pending partial request stays.
+      if (at > 0) {
+        text = text.slice(at);
+        at = 0;
+      }
+      if (final) {
+        // An empty body opens the stream with nothing in it, as etcd's gateway does.
+        call ??= this.startStream(ex, route);
+        halfClose();
+      }
+    };
+    ex.onData((chunk) => {
+      if (ended) return;
+      text += chunk.toString('utf8');
+      if (text.length > limit) {
+        if (!call) return void this.fail(ex, tooLarge(text.length, this.opts.maxMessageBytes), false);
+        return halfClose();
+      }
+      pump(false);
+    });
+    ex.onEnd(() => {
+      if (!ended && !ex.closed) pump(true);
+    });
+  }
+
+  private startStream(ex: HttpExchange, route: Route): GatewayCall {
+    const call = this.newCall(ex, route, this.sink(ex, route, true));
+    ex.onDrain(() => call.emit('drain'));
+    try {
+      route.handler(call as never, () => {});
+    } catch (err) {
+      call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });
+    }
+    return call;
+  }
+
+  /** Writes a call's answers as JSON. */
+  private sink(ex: HttpExchange, route: Route, streamed: boolean): CallSink {
+    const type = responseType(route);
+    let started = false;
+    const start = () => {
+      if (started) return;
+      started = true;
+      ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD });
+    };
+    return {
+      get closed() {
+        return ex.closed;
+      },
+      get needDrain() {
+        return ex.needDrain;
+      },
+      unary: (wire) => {
+        start();
+        ex.end(wireToJson(type, wire));
+      },
+      message: (wire) => {
+        start();
+        return ex.write(`{"result":${wireToJson(type, wire)}}\n`);
+      },
+      finish: (s) => {
+        if (!s || s.code === Status.OK) {
+          start();
+          return ex.end();
+        }
+        if (!streamed) return this.fail(ex, s, true);
+        // grpc-gateway's stream error: the status only if nothing was written yet.
+        if (!started) {
+          started = true;
+          ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
+        }
+        ex.end(streamErrorBody(s.code ?? Status.UNKNOWN, s.details ?? ''));
+      },
+    };
+  }
+
+  /**
+   * An error answer. `fromService`: the call reached the service (etcd's gateway then names
+   * the gRPC trailer it would forward; a request that did not read has none).
+   */
+  private fail(ex: HttpExchange, s: StatusLike, fromService: boolean): void {
+    const code = s.code ?? Status.UNKNOWN;
+    ex.discardBody();
+    const body = errorBody(code, s.details ?? s.message ?? '');
+    if (fromService) {
+      ex.respond(httpStatusOf(code), { ...JSON_HEADERS, Trailer: 'Grpc-Trailer-Content-Type' });
+      ex.end(body, { 'Grpc-Trailer-Content-Type': 'application/grpc' });
+    } else {
+      ex.respond(httpStatusOf(code), JSON_HEADERS);
+      ex.end(body);
+    }
+  }
+
+  // ---------------------------------------------------------------- /version, /health, /metrics
+
+  private probe(ex: HttpExchange, path: string, query: string): void {
+    ex.discardBody();
+    if (ex.method !== 'GET') return plainError(ex, 405, 'Method Not Allowed', { Allow: 'GET' });
+    if (path === '/version') {
+      ex.respond(200, JSON_HEADERS);
+      return ex.end(JSON.stringify(this.opts.version));
+    }
+    if (path === '/metrics') {
+      this.opts.metrics().then(
+        (text) => {
+          ex.respond(200, { ...CORS, 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8' });
+          ex.end(text);
+        },
+        (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
+      );
+      return;
+    }
+    const excluded = new URLSearchParams(query).getAll('exclude');
+    this.health(excluded).then((healthy) => {
+      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' });
+      ex.end(JSON.stringify({ health: healthy ? 'true' : 'false' }));
+    });
+  }
+
+  /**
+   * etcd's /health: false while an alarm is raised (unless excluded by name), or when the
+   * node cannot serve a linearizable read within a second. A refusal by auth is an answer:
+   * the node serves.
+   */
+  private async health(excluded: string[]): Promise<boolean> {
+    try {
+      const alarms = await this.internal('/etcdserverpb.Maintenance/Alarm', {});
+      const raised = (alarms.alarms as { alarm?: number }[] | undefined) ?? [];
+      const names = ['NONE', 'NOSPACE', 'CORRUPT'];
+      if (raised.some((a) => !excluded.includes(names[a.alarm ?? 0] ?? String(a.alarm)))) return false;
+      await this.internal('/etcdserverpb.KV/Range', { key: Buffer.from('health'), keys_only: true, limit: 1 });
+      return true;
+    } catch (err) {
+      const code = (err as StatusLike).code;
+      return code === Status.PERMISSION_DENIED || code === Status.INVALID_ARGUMENT || code === Status.UNAUTHENTICATED;
+    }
+  }
+
+  /** A unary call of this node's own, answered as a decoded message. */
+  private internal(grpcPath: string, req: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const route = this.opts.server.route(grpcPath);
+    if (!route) return Promise.reject({ code: Status.UNIMPLEMENTED, details: `${grpcPath} is not served` });
+    return new Promise((resolve, reject) => {
+      const type = responseType(route);
+      let closed = false;
+      const call = new GatewayCall(
+        {
+          get closed() {
+            return closed;
+          },
+          needDrain: false,
+          unary: (wire) => {
+            closed = true;
+            resolve(type.decode(wire) as unknown as Record<string, unknown>);
+          },
+          message: () => false,
+          finish: (s) => {
+            closed = true;
+            reject(s ?? { code: Status.UNKNOWN, details: 'no answer' });
+          },
+        },
+        route.method,
+        new Metadata(),
+        'health',
+      );
+      call.armDeadline(1000);
+      try {
+        call.request = route.method.requestDeserialize(Buffer.from(requestType(route).encode(req).finish()));
+        route.handler(call as never, call.respond);
+      } catch (err) {
+        reject(err);
+      }
+    });
+  }
+}
+
+function tooLarge(size: number, max: number): StatusLike {
+  return { code: Status.RESOURCE_EXHAUSTED, details: `grpc: received message larger than max (${size} vs. ${max})` };
+}
+
+const typeNames = new WeakMap<Route, { req: protobuf.Type; res: protobuf.Type }>();
+function typesOf(route: Route): { req: protobuf.Type; res: protobuf.Type } {
+  let t = typeNames.get(route);
+  if (!t) {
+    const [service, method] = route.method.path.slice(1).split('/');
+    const m = typeAsWrittenService(service).methods[method];
+    m.resolve();
+    t = { req: typeAsWritten(m.resolvedRequestType!.fullName.slice(1)), res: typeAsWritten(m.resolvedResponseType!.fullName.slice(1)) };
+    typeNames.set(route, t);
+  }
+  return t;
+}
+const requestType = (route: Route) => typesOf(route).req;
+const responseType = (route: Route) => typesOf(route).res;
+
+function typeAsWrittenService(name: string): protobuf.Service {
+  return rootAsWritten().lookupService(name);
+}

@@ -1,0 +1,259 @@
+// JSON text as etcd's gateway reads it: Go's encoding/json scanner, with its error messages
+// (a client that sends bad JSON reads the same words from kvs as from etcd), and numbers kept
+// as their source text, so a 64-bit lease id sent as a bare number loses no digits.
+//
+// Two entry points, as Go has: `decodeNext` is json.Decoder.Decode (one value from a stream,
+// whatever follows is left for the next call; a body of whitespace alone is the end), and
+// `unmarshal` is json.Unmarshal (the whole text is one value).
+
+export type JsonValue =
+  | { t: 'object'; v: Map<string, JsonValue> }
+  | { t: 'array'; v: JsonValue[] }
+  /** `raw`: the text between the quotes, escapes undone by nobody (jsonpb strips quotes so). */
+  | { t: 'string'; v: string; raw: string }
+  | { t: 'number'; raw: string }
+  | { t: 'bool'; v: boolean }
+  | { t: 'null' };
+
+/** A syntax error, worded as Go's (`invalid character 'x' looking for beginning of value`). */
+export class JsonSyntaxError extends Error {}
+
+/** The body ended inside a value (Go: io.ErrUnexpectedEOF from a Decoder). */
+class Truncated extends Error {}
+
+/** Go's quoteChar: how a scanner error names the character it met. */
+function quoteChar(c: string): string {
+  if (c === "'") return `'\\''`;
+  if (c === '"') return `'"'`;
+  const q = JSON.stringify(c);
+  return `'${q.slice(1, -1)}'`;
+}
+
+const isSpace = (c: string) => c === ' ' || c === '\t' || c === '\n' || c === '\r';
+
+class Scanner {
+  pos = 0;
+  constructor(readonly text: string) {}
+
+  private fail(c: string, context: string): never {
+    throw new JsonSyntaxError(`invalid character ${quoteChar(c)} ${context}`);
+  }
+
+  private peek(): string {
+    if (this.pos >= this.text.length) throw new Truncated();
+    return this.text[this.pos];
+  }
+
+  skipSpace(): void {
+    while (this.pos < this.text.length && isSpace(this.text[this.pos])) this.pos++;
+  }
+
+  atEnd(): boolean {
+    return this.pos >= this.text.length;
+  }
+
+  value(context = 'looking for beginning of value'): JsonValue {
+    this.skipSpace();
+    const c = this.peek();
+    switch (c) {
+      case '{':
+        return this.object();
+      case '[':
+        return this.array();
+      case '"': {
+        this.pos++;
+        return this.string();
+      }
+      case 't':
+        return this.literal('true', { t: 'bool', v: true });
+      case 'f':
+        return this.literal('false', { t: 'bool', v: false });
+      case 'n':
+        return this.literal('null', { t: 'null' });
+      default:
+        if (c === '-' || (c >= '0' && c <= '9')) return this.number();
+        return this.fail(c, context);
+    }
+  }
+
+  private literal(word: string, v: JsonValue): JsonValue {
+    for (let i = 0; i < word.length; i++) {
+      const c = this.peek();
+      if (c !== word[i]) this.fail(c, `in literal ${word} (expecting ${quoteChar(word[i])})`);
+      this.pos++;
+    }
+    return v;
+  }
+
+  private object(): JsonValue {
+    this.pos++; // {
+    const v = new Map<string, JsonValue>();
+    this.skipSpace();
+    if (this.peek() === '}') {
+      this.pos++;
+      return { t: 'object', v };
+    }
+    for (;;) {
+      this.skipSpace();
+      const q = this.peek();
+      if (q !== '"') this.fail(q, 'looking for beginning of object key string');
+      this.pos++;
+      const key = this.string().v;
+      this.skipSpace();
+      const colon = this.peek();
+      if (colon !== ':') this.fail(colon, 'after object key');
+      this.pos++;
+      v.set(key, this.value()); // a repeated key: the last one counts, as in Go's map
+      this.skipSpace();
+      const next = this.peek();
+      this.pos++;
+      if (next === '}') return { t: 'object', v };
+      if (next !== ',') this.fail(next, 'after object key:value pair');
+    }
+  }
+
+  private array(): JsonValue {
+    this.pos++; // [
+    const v: JsonValue[] = [];
+    this.skipSpace();
+    if (this.peek() === ']') {
+      this.pos++;
+      return { t: 'array', v };
+    }
+    for (;;) {
+      v.push(this.value());
+      this.skipSpace();
+      const next = this.peek();
+      this.pos++;
+      if (next === ']') return { t: 'array', v };
+      if (next !== ',') this.fail(next, 'after array element');
+    }
+  }
+
+  /** After the opening quote. */
+  private string(): { t: 'string'; v: string; raw: string } {
+    const start = this.pos;
+    let out = '';
+    let plainFrom = this.pos;
+    for (;;) {
+      const c = this.peek();
+      if (c === '"') {
+        out += this.text.slice(plainFrom, this.pos);
+        const raw = this.text.slice(start, this.pos);
+        this.pos++;
+        return { t: 'string', v: out, raw };
+      }
+      if (c < ' ') this.fail(c, 'in string literal');
+      if (c !== '\\') {
+        this.pos++;
+        continue;
+      }
+      out += this.text.slice(plainFrom, this.pos);
+      this.pos++;
+      const e = this.peek();
+      this.pos++;
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out += e;
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'u': {
+          let code = 0;
+          for (let i = 0; i < 4; i++) {
+            const h = this.peek();
+            const d = parseInt(h, 16);
+            if (!/[0-9a-fA-F]/.test(h)) this.fail(h, 'in \\u hexadecimal character escape');
+            code = code * 16 + d;
+            this.pos++;
+          }
+          out += String.fromCharCode(code);
+          break;
+        }
+        default:
+          this.fail(e, 'in string escape code');
+      }
+      plainFrom = this.pos;
+    }
+  }
+
+  private number(): JsonValue {
+    const start = this.pos;
+    const more = () => this.pos < this.text.length;
+    const digit = (c: string) => c >= '0' && c <= '9';
+    if (this.text[this.pos] === '-') {
+      this.pos++;
+      const c = this.peek();
+      if (!digit(c)) this.fail(c, 'in numeric literal');
+    }
+    if (this.text[this.pos] === '0') this.pos++;
+    else while (more() && digit(this.text[this.pos])) this.pos++;
+    if (more() && this.text[this.pos] === '.') {
+      this.pos++;
+      const c = this.peek();
+      if (!digit(c)) this.fail(c, 'after decimal point in numeric literal');
+      while (more() && digit(this.text[this.pos])) this.pos++;
+    }
+    if (more() && (this.text[this.pos] === 'e' || this.text[this.pos] === 'E')) {
+      this.pos++;
+      if (more() && (this.text[this.pos] === '+' || this.text[this.pos] === '-')) this.pos++;
+      const c = this.peek();
+      if (!digit(c)) this.fail(c, 'in exponent of numeric literal');
+      while (more() && digit(this.text[this.pos])) this.pos++;
+    }
+    return { t: 'number', raw: this.text.slice(start, this.pos) };
+  }
+}
+
+/**
+ * One value from the front of `text` (json.Decoder.Decode): the value and where the rest
+ * starts, `undefined` when only whitespace is left (Go's io.EOF). A value cut short throws
+ * JsonSyntaxError('unexpected EOF').
+ */
+export function decodeNext(text: string, from = 0): { value: JsonValue; end: number } | undefined {
+  const s = new Scanner(text);
+  s.pos = from;
+  s.skipSpace();
+  if (s.atEnd()) return undefined;
+  try {
+    const value = s.value();
+    return { value, end: s.pos };
+  } catch (err) {
+    if (err instanceof Truncated) throw new JsonSyntaxError('unexpected EOF');
+    throw err;
+  }
+}
+
+/** The whole of `text` as one value (json.Unmarshal), with Go's words for what is wrong. */
+export function unmarshal(text: string): JsonValue {
+  const s = new Scanner(text);
+  try {
+    const value = s.value();
+    s.skipSpace();
+    if (!s.atEnd()) throw new JsonSyntaxError(`invalid character ${quoteChar(text[s.pos])} after top-level value`);
+    return value;
+  } catch (err) {
+    if (err instanceof Truncated) throw new JsonSyntaxError('unexpected end of JSON input');
+    throw err;
+  }
+}
+
+/** Go's name for a JSON value's kind in "cannot unmarshal X into Go value of type T". */
+export function kindName(v: JsonValue): string {
+  return v.t === 'bool' ? 'bool' : v.t;
+}
