@@ -100,10 +100,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     tls,
     log,
     otherHttp: {
-      connection: (socket) => {
-        http1.emit('connection', socket);
-        socket.resume();
-      },
+      connection: (socket) => http1.accept(socket),
       stream: (stream, headers) => json!.handle(new Http2Exchange(stream, headers)),
     },
   });
@@ -135,7 +132,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
       stopping.abort();
-      http1.closeAllConnections();
+      http1.close();
       await server.shutdown(5000);
       feed.close();
       renewer.close();

@@ -9,9 +9,61 @@ import { encodeHeaders, type RequestHeaders } from '../../../shared/grpc/hpack.j
 import type { SessionStream } from '../../../shared/grpc/http2-session.js';
 import type { HttpExchange } from './gateway.js';
 
-/** A slow or stalled client is cut: headers within 10 s, the whole request within 60 s. */
+/**
+ * A slow or stalled client is cut (etcd's Go server has no such bound): a request's headers
+ * must arrive within 10 s of the connection or of the previous answer, and its whole body (a
+ * streamed route's too: a watch's requests come in one body) within 30 s of its headers.
+ * node's own headersTimeout/requestTimeout are checked only for connections its server
+ * accepted itself, and these come from the client port's listener, so the timers are ours.
+ */
 export const HEADERS_TIMEOUT_MS = 10_000;
-export const REQUEST_TIMEOUT_MS = 60_000;
+export const REQUEST_TIMEOUT_MS = 30_000;
+
+export interface Http1Server {
+  /** Serves a connection the client port accepted (paused, its first bytes put back). */
+  accept(socket: net.Socket): void;
+  /** Ends every connection (the gateway is stopping). */
+  close(): void;
+}
+
+/** node's http server, fed the connections the client port hands over. */
+export function http1Server(handle: (ex: HttpExchange) => void): Http1Server {
+  const server = http.createServer({ keepAliveTimeout: 30_000 }, (req, res) => {
+    const socket = req.socket;
+    clearTimeout(deadlines.get(socket));
+    // The body's deadline, until the request has been read.
+    if (!req.complete) {
+      const body = setTimeout(() => socket.destroy(), REQUEST_TIMEOUT_MS).unref();
+      deadlines.set(socket, body);
+      req.once('end', () => clearTimeout(body));
+      req.once('close', () => clearTimeout(body));
+    }
+    // The next request's headers, once this one is answered.
+    res.once('finish', () => {
+      if (!socket.destroyed) deadlines.set(socket, setTimeout(() => socket.destroy(), HEADERS_TIMEOUT_MS).unref());
+    });
+    handle(new Http1Exchange(req, res));
+  });
+  const deadlines = new WeakMap<net.Socket, NodeJS.Timeout>();
+  // Go's server answers a request it cannot parse with 400 and closes; node's default writes
+  // nothing on some errors.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+    if (!socket.writable) return socket.destroy();
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+    socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
+  });
+  return {
+    accept(socket) {
+      deadlines.set(socket, setTimeout(() => socket.destroy(), HEADERS_TIMEOUT_MS).unref());
+      socket.once('close', () => clearTimeout(deadlines.get(socket)));
+      server.emit('connection', socket);
+      socket.resume();
+    },
+    close() {
+      server.closeAllConnections();
+    },
+  };
+}
 
 function commonNameOf(socket: net.Socket): string | undefined {
   const s = socket as tls.TLSSocket;
@@ -21,19 +73,6 @@ function commonNameOf(socket: net.Socket): string | undefined {
 }
 
 const peerOf = (s: net.Socket) => (s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : 'unknown');
-
-/** node's http server, fed the connections the client port hands over. */
-export function http1Server(handle: (ex: HttpExchange) => void): http.Server {
-  const server = http.createServer({ headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: 30_000 }, (req, res) => handle(new Http1Exchange(req, res)));
-  // Go's server answers a request line it cannot parse with 400 and closes; node's default
-  // writes nothing on some errors.
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    if (!socket.writable) return socket.destroy();
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
-    socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
-  });
-  return server;
-}
 
 class Http1Exchange implements HttpExchange {
   readonly method: string;
