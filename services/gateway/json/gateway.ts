@@ -197,7 +197,7 @@ export class JsonGateway {
         throw err;
       }
       if (wire.length > this.opts.maxMessageBytes) return this.fail(ex, tooLarge(wire.length, this.opts.maxMessageBytes), true);
-      const call = this.newCall(ex, route, this.sink(ex, route, false));
+      const call = this.newCall(ex, route, this.sink(ex, route, route.method.responseStream));
       try {
         call.request = route.method.requestDeserialize(wire);
         route.handler(call as never, call.respond);
