@@ -1,5 +1,6 @@
-// What every component process does the same way: tell the supervisor when it is ready,
-// stop cleanly on SIGTERM, and exit when the supervisor is gone.
+// What every component process does the same way: tell the supervisor when it is ready, stop
+// cleanly when the supervisor says so (or on SIGTERM and SIGINT when run alone), and stop when
+// the supervisor is gone.
 import type { Logger } from './log.js';
 import { processRegistry, type Owner } from './metrics.js';
 import { stopTracing } from './tracing.js';
@@ -32,6 +33,54 @@ export function requestCheckpointRestore(why: string): void {
   process.send?.({ type: 'restore-checkpoint', why });
 }
 
+/** What the supervisor sends over the IPC channel to stop a component (supervisor/component.ts). */
+export const STOP_MESSAGE = 'stop';
+
+/** The component's graceful stop, once installLifecycle has set it up; the log it writes to. */
+let lifecycle: { stop(why: string): void; log: Logger } | undefined;
+let guarded = false;
+
+/**
+ * Under a supervisor (an IPC channel that is connected), a component stops only when the
+ * supervisor tells it to over that channel, or when the channel closes (the supervisor is gone,
+ * even by SIGKILL). SIGTERM and SIGINT are ignored then: a service manager signals every
+ * process of the node at once (systemd's default KillMode=control-group, `kill -- -PGID`, a
+ * terminal's Ctrl-C, a container init forwarding to the group), and the supervisor, which gets
+ * the same signal, stops the components in its order (a leader's peer agent hands over while
+ * its storage still runs, storage last). Run alone (`kvs component`), or once its supervisor is
+ * gone, a component stops on SIGTERM and SIGINT.
+ *
+ * Called first thing in a component process (bin/kvs.js, then supervisor/cli.ts), so that a
+ * signal during a long startup (a restore, a WAL replay) is ignored as well. A stop asked for
+ * before installLifecycle exits at once, as a SIGTERM's default action did then (a component is
+ * safe to kill at any point).
+ */
+export function guardSignals(): void {
+  if (guarded) return;
+  guarded = true;
+  const stopNow = (why: string, signal?: NodeJS.Signals) => {
+    if (lifecycle) return lifecycle.stop(why);
+    if (!signal) process.exit(0);
+    // Not started yet and nobody to wait for: the signal's default action.
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
+  };
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (process.connected) lifecycle?.log.info({ signal }, `${signal} ignored: the supervisor orders the stop`);
+      else stopNow(signal, signal);
+    });
+  }
+  if (process.send) {
+    process.on('message', (msg: { type?: string }) => {
+      if (msg?.type === STOP_MESSAGE) stopNow('the supervisor stops it');
+    });
+    process.on('disconnect', () => stopNow('supervisor gone'));
+    // Gone before this ran: nobody will send the stop.
+    if (!process.connected) stopNow('supervisor gone');
+  }
+}
+
 export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   let stopping = false;
   const stop = async (why: string) => {
@@ -54,15 +103,8 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
     log.flush?.();
     process.exit();
   };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  if (process.send) {
-    // Under the supervisor a terminal's Ctrl-C reaches every process of the group; the
-    // supervisor alone decides the order in which components stop.
-    process.on('SIGINT', () => {});
-    process.on('disconnect', () => void stop('supervisor gone'));
-  } else {
-    process.on('SIGINT', () => void stop('SIGINT'));
-  }
+  lifecycle = { stop: (why) => void stop(why), log };
+  guardSignals();
 }
 
 /**

@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import { RUN_FLAGS, resolveConfig, socketPath, type Config } from '../shared/config.js';
 import { service } from '../shared/proto/index.js';
+import { guardSignals } from '../shared/component.js';
 import { VERSION } from '../shared/version.js';
 import { Supervisor, COMPONENTS } from './supervisor.js';
 import { DataDirHeldError } from './data-dir-lock.js';
@@ -81,6 +82,8 @@ withRunFlags(
   .example('component storage --data-dir ./kvs-data')
   .action(async (name: string, opts: Record<string, unknown>) => {
     const cfg = config(opts);
+    // Before anything else: under `kvs run` the supervisor alone stops a component.
+    guardSignals();
     try {
       switch (name) {
         case 'storage':

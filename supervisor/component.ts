@@ -4,11 +4,14 @@ import { execa, type ResultPromise } from 'execa';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../shared/log.js';
 import type { MetricsJson } from '../shared/metrics.js';
+import { STOP_MESSAGE } from '../shared/component.js';
 
 export const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
 
 export type State = 'stopped' | 'starting' | 'ready' | 'stopping' | 'backoff' | 'crash-loop';
 
+/** A component asked to stop is killed if it has not exited after this long. */
+const STOP_GRACE_MS = 15_000;
 const BACKOFF_START_MS = 100;
 const BACKOFF_MAX_MS = 10_000;
 /** A run this long counts as healthy: the backoff starts over. */
@@ -69,6 +72,15 @@ export class Component {
     // refuses --cpu-prof in NODE_OPTIONS), for finding where a component's time goes.
     const prof = process.env.KVS_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.KVS_CPU_PROF}`] : [];
     const [file, ...args] = [...this.launcher, process.execPath, ...prof, KVS_BIN, 'component', this.name, ...this.args];
+    // The component stays in the supervisor's process group (not `detached`), and stops only
+    // when told so over its IPC channel (stop() below), or when that channel closes: it ignores
+    // SIGTERM and SIGINT while the channel is open (shared/component.ts guardSignals). A group of
+    // its own would not do instead: systemd's default KillMode=control-group signals every
+    // process of the service's cgroup, whatever its group or session. Nor as well: it would
+    // only keep from the components what must reach them, a SIGKILL of the node's group (they
+    // would outlive it, each stopping on its own), a SIGSTOP and SIGCONT (a pause of the node
+    // would pause its supervisor alone), a terminal's job control. A supervisor that dies, even
+    // by SIGKILL, closes the channel: the components stop by themselves.
     const child = execa(file!, args, {
       ipc: true,
       serialization: 'json',
@@ -77,8 +89,8 @@ export class Component {
       stderr: 'inherit',
       reject: false,
       cleanup: true,
-      // A component that ignores SIGTERM for this long is killed.
-      forceKillAfterDelay: 15_000,
+      // A component sent SIGTERM (its IPC channel already closed) is killed after this long.
+      forceKillAfterDelay: STOP_GRACE_MS,
     });
     this.child = child;
     this.pid = child.pid ?? 0;
@@ -167,17 +179,18 @@ export class Component {
     });
   }
 
-  /**
-   * The node is stopping: an exit from now on is expected, never restarted. (A SIGTERM sent to
-   * the whole process group reaches the components before the supervisor stops them in order.)
-   */
+  /** The node is stopping: an exit from now on is expected, never restarted. */
   release(): void {
     this.wanted = false;
     if (this.restartTimer) clearTimeout(this.restartTimer);
     this.restartTimer = undefined;
   }
 
-  /** Stops the process (SIGTERM, then SIGKILL after the grace period) and waits for it. */
+  /**
+   * Stops the process (the stop message over its IPC channel, SIGKILL if it has not exited
+   * after the grace period) and waits for it. SIGTERM only if the channel is closed: the
+   * component then stops on it (it is stopping already, having seen the channel close).
+   */
   async stop(): Promise<void> {
     this.release();
     const child = this.child;
@@ -186,8 +199,11 @@ export class Component {
       return;
     }
     this.state = 'stopping';
-    child.kill('SIGTERM');
+    const kill = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+    if (child.connected) child.send({ type: STOP_MESSAGE }, (err: Error | null) => err && child.kill('SIGTERM'));
+    else child.kill('SIGTERM');
     await child;
+    clearTimeout(kill);
   }
 
   /** Stop, then start again (kvs ctl restart). */

@@ -157,6 +157,27 @@ class PeerNode {
     this.ttlMs = parseDuration(cfg.leaderLivenessTtl, 'leader-liveness-ttl');
     this.retryMs = parseDuration(cfg.followerRetryInterval, 'follower-retry-interval');
     this.termFile = path.join(cfg.dataDir, 'peer-term.json');
+    this.board.onChange(() => this.followLeaderChange());
+  }
+
+  /**
+   * The leader changed: writes still queued unsent for the previous one (its link was
+   * reconnecting, or had not connected yet: a follower's first forwarded write as the leader
+   * hands off) go to the new one at once, instead of waiting out the link's 5 s and failing
+   * with no leader while another node already takes writes. Without a leader they wait.
+   */
+  private followLeaderChange(): void {
+    if (!this.remote) return;
+    const s = this.board.current;
+    if (s.role === Role.FOLLOWER && s.leader) this.remoteLinks(s.leader);
+    else if (s.role === Role.LEADER) {
+      const { remote } = this;
+      this.remote = undefined;
+      const local = this.localLinks();
+      remote.Write.handOver(local.Write);
+      remote.Lease.handOver(local.Lease);
+      remote.channel.close();
+    }
   }
 
   async run(signal: AbortSignal): Promise<void> {
@@ -323,12 +344,15 @@ class PeerNode {
     const epoch = this.board.current.leaderEpoch;
     const key = `${leader.peerUrl} ${epoch}`;
     if (this.remote?.leader !== key) {
-      this.remote?.Write.close();
-      this.remote?.Lease.close();
-      this.remote?.channel.close();
+      const previous = this.remote;
       const channel = new PeerChannel(leader.peerUrl, this.creds, epoch);
       const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
       this.remote = { leader: key, channel, Write: new BatchLink(channel.batchCalls('Forward'), this.log, opts), Lease: new BatchLink(channel.batchCalls('ForwardLease'), this.log, opts) };
+      if (previous) {
+        previous.Write.handOver(this.remote.Write);
+        previous.Lease.handOver(this.remote.Lease);
+        previous.channel.close();
+      }
     }
     return this.remote;
   }

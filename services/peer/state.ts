@@ -33,6 +33,7 @@ export class StateBoard {
   private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, leaderEpoch: '', members: [], inSync: false, reason: 'electing a leader', degraded: false };
   private readonly subscribers = new Set<ServerCall<unknown, unknown>>();
   private waiters: (() => void)[] = [];
+  private readonly listeners: (() => void)[] = [];
 
   constructor() {
     M.role.set({ role: 'leader' }, 0);
@@ -52,6 +53,12 @@ export class StateBoard {
     // /readyz: a follower is ready once it has caught up with its leader.
     reportHealth({ writesRefused: this.state.inSync ? '' : this.state.reason });
     if (this.hasLeader) for (const w of this.waiters.splice(0)) w();
+    for (const l of this.listeners) l();
+  }
+
+  /** Calls `listener` after every change. */
+  onChange(listener: () => void): void {
+    this.listeners.push(listener);
   }
 
   /** This node leads, or follows a known leader. */

@@ -179,6 +179,28 @@ export class BatchLink implements WriteLink {
     this.expiryTimer.unref();
   }
 
+  /**
+   * Closes the link and moves the writes it has not sent yet to `next` (the link to a new
+   * leader): never sent, they cannot be applied twice, and need not wait out `waitMs` for a
+   * peer that is gone. Writes in flight fail as on close(): their outcome is unknown.
+   */
+  handOver(next: BatchLink): void {
+    const unsent = this.outbox;
+    this.outbox = [];
+    this.close();
+    next.adopt(unsent);
+  }
+
+  private adopt(writes: Queued[]): void {
+    if (!writes.length) return;
+    if (this.closed) {
+      for (const q of writes) q.reject(this.unavailable);
+      return;
+    }
+    for (const q of writes) this.outbox.push({ ...q, id: this.nextId++ });
+    this.scheduleFlush();
+  }
+
   close(): void {
     this.closed = true;
     for (const q of [...this.outbox, ...this.sent.values()]) q.reject(this.unavailable);
