@@ -245,7 +245,7 @@ function handshake(port: number, opts: tls.ConnectionOptions): Promise<{ version
   });
 }
 
-test('TLS 1.2 and 1.3 with ALPN h2 get in; TLS 1.1, a client without h2 and a ClientHello of garbage do not; the node keeps serving', async (t) => {
+test('TLS 1.2 and 1.3 with ALPN h2 get in, and with http/1.1 (the JSON gateway); TLS 1.1, a client offering neither and a ClientHello of garbage do not; the node keeps serving', async (t) => {
   const ca = await makeCa(t);
   const server = await ca.server('server');
   const kvs = await startKvs(t, { args: tlsArgs(server), probe: ca.clientTls() });
@@ -256,8 +256,11 @@ test('TLS 1.2 and 1.3 with ALPN h2 get in; TLS 1.1, a client without h2 and a Cl
   }
   const old = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['h2'], minVersion: 'TLSv1', maxVersion: 'TLSv1.1', ciphers: 'DEFAULT@SECLEVEL=0' });
   assert.ok(old.error, `TLS 1.1 got in: ${JSON.stringify(old)}`);
-  const noH2 = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['http/1.1'] });
-  assert.ok(noH2.error, `a client without h2 got in: ${JSON.stringify(noH2)}`);
+  // HTTP/1.1 is the JSON gateway's (docs/json-gateway.md); h2 is preferred when both are offered.
+  assert.deepEqual(await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['http/1.1'] }), { version: 'TLSv1.3', alpn: 'http/1.1' });
+  assert.deepEqual(await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['http/1.1', 'h2'] }), { version: 'TLSv1.3', alpn: 'h2' });
+  const neither = await handshake(kvs.port, { ca: caPem, ALPNProtocols: ['spdy/3'] });
+  assert.ok(neither.error, `a client offering neither h2 nor http/1.1 got in: ${JSON.stringify(neither)}`);
   // A TLS record header (handshake, TLS 1.0) followed by garbage.
   await new Promise<void>((resolve) => {
     const s = net.connect(kvs.port, '127.0.0.1', () => s.write(Buffer.concat([Buffer.from([0x16, 0x03, 0x01, 0x00, 0x40]), Buffer.alloc(64, 0xab)])));
