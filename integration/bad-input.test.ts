@@ -18,7 +18,6 @@ function randomBytes(rnd: () => number, n: number): Buffer {
   return b;
 }
 
-const SETTINGS = 4;
 const GOAWAY = 7;
 
 interface CallResult {
