@@ -119,7 +119,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
   const worker = async (): Promise<void> => {
     for (let i = draw(); i !== undefined; i = draw()) {
       const rand = Rand.forCase(opts.seed, i);
-      const c = target.cases(rand);
+      const c = await target.cases(rand);
       const endpoint = rand.pick(target.fuzzEndpoints);
       inFlight.add(i);
       const { outcome } = await c.run(endpoint, opts.answerMs);
@@ -128,6 +128,8 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
       summary.cases++;
       summary.outcomes[outcome]++;
       summary.kinds[c.kind] = (summary.kinds[c.kind] ?? 0) + 1;
+      // A replay says what each case sent (and, where the case knows it, what came back).
+      if (queue) log(`case ${i} (${outcome}): ${c.describe}`);
       if (outcome === 'open-after-goaway') {
         summary.leftOpen.push(i);
         summary.failures.push({ cases: [i], what: `left open after an error GOAWAY: case ${i} on ${endpoint}: ${c.describe}` });
