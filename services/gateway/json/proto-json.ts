@@ -149,8 +149,14 @@ function unmarshalInner(raw: string): JsonValue {
   }
 }
 
-/** A message's fields from a JSON value, as the plain object protobufjs encodes. */
-function message(type: protobuf.Type, v: JsonValue): Record<string, unknown> {
+/**
+ * A message's fields from a JSON value, as the plain object protobufjs encodes. `depth`: how
+ * many messages enclose this one. protobufjs encodes and decodes no deeper than its recursion
+ * limit (100, protoc's), so a request nested deeper (a Txn in a Txn, more than 50 times) is
+ * refused here, as a request that does not read.
+ */
+function message(type: protobuf.Type, v: JsonValue, depth = 0): Record<string, unknown> {
+  if (depth > protobuf.util.recursionLimit) throw new JsonRequestError(`kvs: the request nests messages more than ${protobuf.util.recursionLimit} deep`);
   if (v.t === 'null') return {};
   if (v.t !== 'object') throw cannot(v, 'map[string]json.RawMessage');
   const out: Record<string, unknown> = {};
@@ -163,10 +169,10 @@ function message(type: protobuf.Type, v: JsonValue): Record<string, unknown> {
     f.resolve();
     if (f.repeated) {
       if (jv.t !== 'array') throw cannot(jv, '[]json.RawMessage');
-      out[f.name] = jv.v.map((e) => (f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, e) : scalar(f, e)));
+      out[f.name] = jv.v.map((e) => (f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, e, depth + 1) : scalar(f, e)));
       continue;
     }
-    const value = f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, jv) : scalar(f, jv);
+    const value = f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, jv, depth + 1) : scalar(f, jv);
     if (value !== undefined) out[f.name] = value;
   }
   return out;
