@@ -89,6 +89,13 @@ class Http1Exchange implements HttpExchange {
 
   respond(status: number, headers: Record<string, string>): void {
     if (this.res.headersSent) return;
+    // Trailers need chunked encoding, which an HTTP/1.0 response (without `TE: chunked`) has
+    // not: Go announces them anyway and sends none; node throws at the announcement, so it is
+    // left out.
+    if (!this.res.useChunkedEncodingByDefault && 'Trailer' in headers) {
+      const { Trailer: _, ...rest } = headers;
+      headers = rest;
+    }
     this.res.writeHead(status, headers);
   }
 
@@ -97,7 +104,7 @@ class Http1Exchange implements HttpExchange {
   }
 
   end(chunk?: string, trailers?: Record<string, string>): void {
-    if (trailers) {
+    if (trailers && this.res.useChunkedEncodingByDefault) {
       if (chunk) this.res.write(chunk);
       this.res.addTrailers(trailers);
       this.res.end();

@@ -1,0 +1,65 @@
+// The JSON gateway's HTTP/1.x server (exchanges.ts) as the client port feeds it: connections
+// accepted elsewhere and handed over (`emit('connection')`), as services/gateway/main.ts does.
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { http1Server } from './exchanges.js';
+import type { HttpExchange } from './gateway.js';
+
+/** A loopback port whose connections go to `http1Server(handle)`. */
+async function serve(t: TestContext, handle: (ex: HttpExchange) => void): Promise<number> {
+  const http = http1Server(handle);
+  const listener = net.createServer((socket) => {
+    http.emit('connection', socket);
+    socket.resume();
+  });
+  await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+  t.after(() => {
+    http.closeAllConnections();
+    listener.close();
+  });
+  return (listener.address() as net.AddressInfo).port;
+}
+
+/** Writes `bytes`, then collects the answer until the server closes (or `waitMs` passes). */
+function exchange(port: number, bytes: string, waitMs: number): Promise<{ text: string; closedAfterMs?: number }> {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(bytes));
+    const chunks: Buffer[] = [];
+    let closedAfterMs: number | undefined;
+    socket.on('data', (d: Buffer) => chunks.push(d));
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      closedAfterMs ??= Date.now() - started;
+      clearTimeout(timer);
+      resolve({ text: Buffer.concat(chunks).toString('latin1'), closedAfterMs });
+    });
+    const timer = setTimeout(() => {
+      resolve({ text: Buffer.concat(chunks).toString('latin1') });
+      socket.destroy();
+    }, waitMs);
+  });
+}
+
+test('an HTTP/1.0 request gets an answer that announces trailers, without them (node throws on the announcement)', async (t) => {
+  // Found by the port fuzzer's HTTP target: every error a service returned to an HTTP/1.0
+  // request (answered with grpc-gateway's Trailer header) threw ERR_HTTP_TRAILER_INVALID out of
+  // writeHead, and the gateway exited.
+  const port = await serve(t, (ex) => {
+    ex.onData(() => {});
+    ex.onEnd(() => {
+      ex.respond(412, { 'Content-Type': 'application/json', Trailer: 'Grpc-Trailer-Content-Type' });
+      ex.end('{"code":9}', { 'Grpc-Trailer-Content-Type': 'application/grpc' });
+    });
+  });
+  const old = await exchange(port, 'POST /v3/auth/user/get HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}', 3000);
+  assert.match(old.text, /^HTTP\/1\.1 412 Precondition Failed\r\n/);
+  assert.doesNotMatch(old.text, /Trailer|Transfer-Encoding/i);
+  assert.match(old.text, /\r\n\r\n\{"code":9\}$/, 'the body, ended by the close');
+  assert.ok(old.closedAfterMs !== undefined);
+  // HTTP/1.1 (chunked) keeps the announcement and sends the trailer.
+  const chunked = await exchange(port, 'POST /v3/auth/user/get HTTP/1.1\r\nHost: kvs\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}', 3000);
+  assert.match(chunked.text, /\r\nTrailer: Grpc-Trailer-Content-Type\r\n/);
+  assert.match(chunked.text, /\r\n0\r\nGrpc-Trailer-Content-Type: application\/grpc\r\n\r\n$/);
+});
