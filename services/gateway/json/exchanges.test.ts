@@ -6,9 +6,9 @@ import net from 'node:net';
 import { http1Server } from './exchanges.js';
 import type { HttpExchange } from './gateway.js';
 
-/** A loopback port whose connections go to `http1Server(handle)`. */
-async function serve(t: TestContext, handle: (ex: HttpExchange) => void): Promise<number> {
-  const http = http1Server(handle);
+/** A loopback port whose connections go to `http1Server(handle, limits)`. */
+async function serve(t: TestContext, handle: (ex: HttpExchange) => void, limits?: { headersMs: number; requestMs: number }): Promise<number> {
+  const http = http1Server(handle, limits);
   const listener = net.createServer((socket) => {
     http.emit('connection', socket);
     socket.resume();
@@ -62,4 +62,41 @@ test('an HTTP/1.0 request gets an answer that announces trailers, without them (
   const chunked = await exchange(port, 'POST /v3/auth/user/get HTTP/1.1\r\nHost: kvs\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}', 3000);
   assert.match(chunked.text, /\r\nTrailer: Grpc-Trailer-Content-Type\r\n/);
   assert.match(chunked.text, /\r\n0\r\nGrpc-Trailer-Content-Type: application\/grpc\r\n\r\n$/);
+});
+
+/** Answers each request once its body is in: 200 and the body's length. */
+const answerAtEnd = (ex: HttpExchange) => {
+  let n = 0;
+  ex.onData((c) => (n += c.length));
+  ex.onEnd(() => {
+    ex.respond(200, { 'Content-Type': 'text/plain' });
+    ex.end(String(n));
+  });
+};
+
+test('a stalled request is cut: headers within headersTimeout, the whole request within requestTimeout', async (t) => {
+  // The bounds were never enforced: node arms them only for a server that emitted 'listening',
+  // and this one never listens (found while writing the port fuzzer's HTTP target). Each case
+  // below stayed open until the client went away.
+  const limits = { headersMs: 300, requestMs: 700 };
+  const port = await serve(t, answerAtEnd, limits);
+  const cases = {
+    'nothing after the connection is handed over': '',
+    'a request line': 'POST /v3/kv/range HTTP/1.1\r\n',
+    'headers without their end': 'POST /v3/kv/range HTTP/1.1\r\nHost: kvs\r\nContent-Length: 2\r\n',
+    'a body short of its Content-Length': 'POST /v3/kv/range HTTP/1.1\r\nHost: kvs\r\nContent-Length: 10\r\n\r\n{}',
+    'a chunked body without its last chunk': 'POST /v3/watch HTTP/1.1\r\nHost: kvs\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n',
+  };
+  const results = await Promise.all(Object.values(cases).map((bytes) => exchange(port, bytes, 5000)));
+  Object.keys(cases).forEach((what, i) => {
+    const r = results[i]!;
+    // (node looks every headersMs here: a bound is met within twice its value.)
+    const bound = 2 * (i < 3 ? limits.headersMs : limits.requestMs) + 1000;
+    assert.ok(r.closedAfterMs !== undefined && r.closedAfterMs < bound, `${what}: closed after ${r.closedAfterMs} ms (bound ${bound})`);
+    assert.match(r.text, /^HTTP\/1\.1 408 Request Timeout\r\n/, what);
+  });
+  // A request that completes in time is answered, and its connection stays for the next one.
+  const ok = await exchange(port, 'POST /v3/kv/range HTTP/1.1\r\nHost: kvs\r\nContent-Length: 2\r\n\r\n{}', 2 * limits.requestMs + 300);
+  assert.match(ok.text, /^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\n1\r\n2\r\n0\r\n\r\n$/);
+  assert.equal(ok.closedAfterMs, undefined, 'a keep-alive connection between requests is not cut by these bounds');
 });
