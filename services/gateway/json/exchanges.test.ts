@@ -100,3 +100,18 @@ test('a stalled request is cut: headers within headersTimeout, the whole request
   assert.match(ok.text, /^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\n1\r\n2\r\n0\r\n\r\n$/);
   assert.equal(ok.closedAfterMs, undefined, 'a keep-alive connection between requests is not cut by these bounds');
 });
+
+test('a request that times out while its answer streams has that answer cut, not followed by a 408', async (t) => {
+  // A watch answers at once and streams; its body here never ends. Past requestTimeout node
+  // reports the request, and the gateway wrote "HTTP/1.1 408" into the chunked stream.
+  const limits = { headersMs: 300, requestMs: 700 };
+  const port = await serve(t, (ex) => {
+    ex.onData(() => {});
+    ex.respond(200, { 'Content-Type': 'application/json' });
+    ex.write('{"result":{"created":true}}\n');
+  }, limits);
+  const r = await exchange(port, 'POST /v3/watch HTTP/1.1\r\nHost: kvs\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n', 5000);
+  assert.ok(r.closedAfterMs !== undefined && r.closedAfterMs < 2 * limits.requestMs + 1000, `closed after ${r.closedAfterMs} ms`);
+  assert.match(r.text, /^HTTP\/1\.1 200 OK\r\n[\s\S]*\{"result":\{"created":true\}\}\n\r\n$/);
+  assert.doesNotMatch(r.text, /408/);
+});

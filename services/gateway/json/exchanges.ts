@@ -40,9 +40,11 @@ export function http1Server(handle: (ex: HttpExchange) => void, limits = { heade
   // fuzzer's HTTP target). exchanges.test.ts fails if a node version stops starting it so.
   server.emit('listening');
   // Go's server answers a request line it cannot parse with 400 and closes; node's default
-  // writes nothing on some errors.
+  // writes nothing on some errors. Not once an answer has begun on the connection (a request
+  // timed out while its answer streams, as a watch's does): that answer is cut instead, as
+  // node's own handler does, not followed by a status line in the middle of its bytes.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    if (!socket.writable) return socket.destroy();
+    if (!socket.writable || (socket as net.Socket & { _httpMessage?: http.ServerResponse })._httpMessage?.headersSent) return socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
     socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
   });
