@@ -223,7 +223,7 @@ function jsonBody(rand: Rand, route: GatewayRoute, notes: string[]): Buffer {
     if (rand.chance(0.7)) scratchKeys(rand, route, o);
     const j = messageJ(rand, route.requestType, o);
     if (route.grpc.endsWith('/Txn') && rand.chance(0.05)) {
-      const depth = rand.pick([100, 1000, 3000]);
+      const depth = rand.pick([49, 50, 1000, 3000]);
       return { j: deepTxn(depth), note: `deep-txn(${depth})` };
     }
     if (rand.chance(0.3)) return { j, note: mutateJ(rand, j, route.requestType) };
@@ -517,9 +517,14 @@ function exchange(endpoint: string, writes: Write[], halfCloseMs: number, answer
   });
 }
 
-/** Status lines of the responses in `buf` (for a replay's report). */
-function statusLines(buf: Buffer): string[] {
-  return [...buf.toString('latin1').matchAll(/HTTP\/1\.[01] \d{3}[^\r\n]*/g)].map((m) => m[0]);
+/** The responses in `buf`, for a replay's report: each status line, and the error's message if it has one. */
+function responses(buf: Buffer): string[] {
+  const text = buf.toString('latin1');
+  return [...text.matchAll(/HTTP\/1\.[01] \d{3}[^\r\n]*/g)].map((m) => {
+    const rest = text.slice(m.index! + m[0].length);
+    const msg = /"message":("(?:[^"\\]|\\.)*")/.exec(rest.split(/HTTP\/1\.[01] \d{3}/)[0]!);
+    return msg ? `${m[0]} ${msg[1]!.slice(0, 120)}` : m[0];
+  });
 }
 
 /**
@@ -545,7 +550,7 @@ export async function httpCase(rand: Rand): Promise<Case> {
     writes: writes.map((w) => w.bytes),
     async run(endpoint, answerMs = HTTP_ANSWER_MS): Promise<CaseResult> {
       const r = await exchange(endpoint, writes, halfCloseMs, answerMs);
-      report = `; answered ${statusLines(r.received).join(', ') || `${r.received.length} bytes`}`;
+      report = `; answered ${responses(r.received).join(', ') || `${r.received.length} bytes`}`;
       return { outcome: r.closed ? (r.received.length ? 'answered' : 'closed') : 'hung' };
     },
   };
