@@ -150,13 +150,20 @@ function unmarshalInner(raw: string): JsonValue {
 }
 
 /**
+ * A request nests its messages at most this deep. protobufjs encodes and decodes no deeper
+ * than its recursion limit (100, protoc's), and an answer nests one level deeper than its
+ * request (a PutResponse's header, a RangeResponse's kvs): the answer to a deeper request
+ * would not decode into JSON.
+ */
+const MAX_REQUEST_DEPTH = protobuf.util.recursionLimit - 1;
+
+/**
  * A message's fields from a JSON value, as the plain object protobufjs encodes. `depth`: how
- * many messages enclose this one. protobufjs encodes and decodes no deeper than its recursion
- * limit (100, protoc's), so a request nested deeper (a Txn in a Txn, more than 50 times) is
- * refused here, as a request that does not read.
+ * many messages enclose this one. A request nested deeper than MAX_REQUEST_DEPTH (a Txn in a
+ * Txn about 50 times) is refused here, as a request that does not read.
  */
 function message(type: protobuf.Type, v: JsonValue, depth = 0): Record<string, unknown> {
-  if (depth > protobuf.util.recursionLimit) throw new JsonRequestError(`kvs: the request nests messages more than ${protobuf.util.recursionLimit} deep`);
+  if (depth > MAX_REQUEST_DEPTH) throw new JsonRequestError(`kvs: the request nests messages more than ${MAX_REQUEST_DEPTH} deep`);
   if (v.t === 'null') return {};
   if (v.t !== 'object') throw cannot(v, 'map[string]json.RawMessage');
   const out: Record<string, unknown> = {};
