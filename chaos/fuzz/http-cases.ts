@@ -109,9 +109,9 @@ function deep(rand: Rand, depth: number, inner: J): Raw {
   return new Raw(open.repeat(depth) + jsonText(inner, rand, false) + (rand.chance(0.8) ? close.repeat(depth) : ''));
 }
 
-/** Nested transactions `depth` levels deep (the nesting a real message can have). */
-function deepTxn(depth: number): Raw {
-  let s = '{}';
+/** Nested transactions `depth` levels deep (the nesting a real message can have), the innermost empty, or with a read or a write. */
+function deepTxn(rand: Rand, depth: number): Raw {
+  let s = rand.pick(['{}', `{"success":[{"request_put":{"key":"${b64(Buffer.from(`${SCRATCH}deep`))}"}}]}`, `{"success":[{"request_range":{"key":"${b64(Buffer.from('seed/'))}","range_end":"${b64(Buffer.from('seed0'))}"}}]}`]);
   for (let i = 0; i < depth; i++) s = `{"success":[{"request_txn":${s}}]}`;
   return new Raw(s);
 }
@@ -222,9 +222,9 @@ function jsonBody(rand: Rand, route: GatewayRoute, notes: string[]): Buffer {
     const o = randomMessage(rand, route.requestType, CLIENT_POOLS);
     if (rand.chance(0.7)) scratchKeys(rand, route, o);
     const j = messageJ(rand, route.requestType, o);
-    if (route.grpc.endsWith('/Txn') && rand.chance(0.05)) {
-      const depth = rand.pick([49, 50, 1000, 3000]);
-      return { j: deepTxn(depth), note: `deep-txn(${depth})` };
+    if (route.grpc.endsWith('/Txn') && rand.chance(0.15)) {
+      const depth = rand.pick([48, 49, 1000, 3000]);
+      return { j: deepTxn(rand, depth), note: `deep-txn(${depth})` };
     }
     if (rand.chance(0.3)) return { j, note: mutateJ(rand, j, route.requestType) };
     return { j };
