@@ -23,7 +23,7 @@ const today = new Date();
 const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());
 
 /** Seconds of cases per port (each connection's deadline: CLOSE_DEADLINE_MS). */
-const SECONDS = { client: 6, peer: 5, http: 5 } as const;
+const SECONDS = { client: 6, peer: 5, http: 4 } as const;
 const MIN_CASES = 41;
 
 async function fuzzRun(t: TestContext, target: FuzzTarget): Promise<RunSummary> {

@@ -109,9 +109,17 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
       }
     }
   };
+  /** Ends the checker's wait at once when the cases are done (it waited up to 3 s more). */
+  let wake = () => {};
   const checker = (async () => {
     while (!stopChecks) {
-      await new Promise((r) => setTimeout(r, CHECK_EVERY_MS));
+      await new Promise<void>((r) => {
+        const timer = setTimeout(r, CHECK_EVERY_MS);
+        wake = () => {
+          clearTimeout(timer);
+          r();
+        };
+      });
       if (!stopChecks) await checkProcesses();
     }
   })();
@@ -144,6 +152,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
   };
   await Promise.all(Array.from({ length: opts.concurrency ?? 8 }, worker));
   stopChecks = true;
+  wake();
   await checker;
   // Let in-flight effects land (forwarded writes, a leader's follower bookkeeping), then look.
   await new Promise((r) => setTimeout(r, 1000));
