@@ -75,6 +75,8 @@ interface Parsed {
 /** The gateway's HTTP/1 server, fed the fuzzer's connections on a loopback port of its own. */
 class Mirror {
   private readonly pending = new Map<number, { parsed: Parsed[]; done: (p: Parsed[] | undefined) => void }>();
+  /** Requests read on a connection no parse() call knew (cannot happen; counted so that the guard fails closed). */
+  private strays = 0;
   private readonly listener: net.Server;
   private readonly ready: Promise<number>;
 
@@ -83,7 +85,11 @@ class Mirror {
       const chunks: Buffer[] = [];
       const port = (ex.peer.match(/:(\d+)$/) ?? [])[1];
       ex.onData((c) => chunks.push(c));
-      ex.onEnd(() => this.pending.get(Number(port))?.parsed.push({ method: ex.method, url: ex.url, body: Buffer.concat(chunks) }));
+      ex.onEnd(() => {
+        const p = this.pending.get(Number(port));
+        if (p) p.parsed.push({ method: ex.method, url: ex.url, body: Buffer.concat(chunks) });
+        else this.strays++;
+      });
     });
     this.listener = net.createServer((socket) => {
       const port = socket.remotePort!;
@@ -108,6 +114,7 @@ class Mirror {
   /** The requests node reads whole from `bytes` (undefined: it did not finish in time). */
   async parse(bytes: Buffer): Promise<Parsed[] | undefined> {
     const port = await this.ready;
+    const strays = this.strays;
     return new Promise((resolve) => {
       const socket = net.connect(port, '127.0.0.1');
       const timer = setTimeout(() => finish(undefined), 5000);
@@ -117,7 +124,7 @@ class Mirror {
         settled = true;
         clearTimeout(timer);
         socket.destroy();
-        resolve(p);
+        resolve(this.strays === strays ? p : undefined);
       };
       socket.on('error', () => {});
       socket.on('data', () => {});
