@@ -1,4 +1,4 @@
-// `npm run fuzz -- --seed N --duration S [--target client|peer]`: starts the target (real
+// `npm run fuzz -- --seed N --duration S [--target client|peer|http]`: starts the target (real
 // kvs processes in temp dirs), fuzzes its port, prints one summary line, exits 1 on a failure
 // (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
 import sade from 'sade';
@@ -16,19 +16,19 @@ interface Flags {
 }
 
 sade('fuzz', true)
-  .describe('Fuzz the client port (gRPC frames) or the peer port (peer messages) of real kvs processes')
+  .describe('Fuzz the client port (gRPC frames, or the JSON gateway over HTTP/1.x) or the peer port (peer messages) of real kvs processes')
   .option('--seed', 'PRNG seed (default: from the clock, printed)')
   .option('--duration', 'seconds to keep sending cases', 30)
   .option('--cases', 'stop after this many cases instead')
   .option('--case', 'replay only these case indices (comma-separated), as a failure printed them')
-  .option('--target', 'client or peer', 'client')
+  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x) or peer', 'client')
   .option('--concurrency', 'connections at once', 8)
   .option('--quiet', 'no progress lines on stderr')
   .example('--seed 42 --duration 60 --target peer')
   .action(async (f: Flags) => {
     const kind = f.target as TargetKind;
-    if (kind !== 'client' && kind !== 'peer') {
-      process.stderr.write(`fuzz: --target must be client or peer, not ${f.target}\n`);
+    if (kind !== 'client' && kind !== 'peer' && kind !== 'http') {
+      process.stderr.write(`fuzz: --target must be client, http or peer, not ${f.target}\n`);
       process.exit(2);
     }
     const seed = f.seed ?? (Date.now() % 1_000_000_007);

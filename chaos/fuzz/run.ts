@@ -109,9 +109,17 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
       }
     }
   };
+  /** Ends the checker's wait at once when the cases are done (it waited up to 3 s more). */
+  let wake = () => {};
   const checker = (async () => {
     while (!stopChecks) {
-      await new Promise((r) => setTimeout(r, CHECK_EVERY_MS));
+      await new Promise<void>((r) => {
+        const timer = setTimeout(r, CHECK_EVERY_MS);
+        wake = () => {
+          clearTimeout(timer);
+          r();
+        };
+      });
       if (!stopChecks) await checkProcesses();
     }
   })();
@@ -119,7 +127,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
   const worker = async (): Promise<void> => {
     for (let i = draw(); i !== undefined; i = draw()) {
       const rand = Rand.forCase(opts.seed, i);
-      const c = target.cases(rand);
+      const c = await target.cases(rand);
       const endpoint = rand.pick(target.fuzzEndpoints);
       inFlight.add(i);
       const { outcome } = await c.run(endpoint, opts.answerMs);
@@ -128,6 +136,8 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
       summary.cases++;
       summary.outcomes[outcome]++;
       summary.kinds[c.kind] = (summary.kinds[c.kind] ?? 0) + 1;
+      // A replay says what each case sent (and, where the case knows it, what came back).
+      if (queue) log(`case ${i} (${outcome}): ${c.describe}`);
       if (outcome === 'open-after-goaway') {
         summary.leftOpen.push(i);
         summary.failures.push({ cases: [i], what: `left open after an error GOAWAY: case ${i} on ${endpoint}: ${c.describe}` });
@@ -142,6 +152,7 @@ export async function fuzz(target: FuzzTarget, opts: RunOptions): Promise<RunSum
   };
   await Promise.all(Array.from({ length: opts.concurrency ?? 8 }, worker));
   stopChecks = true;
+  wake();
   await checker;
   // Let in-flight effects land (forwarded writes, a leader's follower bookkeeping), then look.
   await new Promise((r) => setTimeout(r, 1000));

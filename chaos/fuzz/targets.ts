@@ -1,22 +1,26 @@
 // The servers a fuzz run attacks, started as real processes by the integration harness: one
-// kvs node for the client port; a cluster for the peer port, three nodes unless asked (its peer
-// ports are fuzzed, its client ports serve the oracle).
+// kvs node for the client port (gRPC, or the JSON gateway's HTTP/1.x on the same port); a
+// cluster for the peer port, three nodes unless asked (its peer ports are fuzzed, its client
+// ports serve the oracle).
 import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
 import { leaderEpoch, startCluster } from '../../integration/cluster.js';
 import type { Case } from './cases.js';
 import { clientCase } from './client-cases.js';
+import { closeHttpGuard } from './http-guard.js';
+import { HTTP_ANSWER_MS, httpCase } from './http-cases.js';
 import { peerCase } from './peer-cases.js';
 import type { Rand } from './random.js';
 
-export type TargetKind = 'client' | 'peer';
+export type TargetKind = 'client' | 'peer' | 'http';
 
 /**
  * How long a server has to answer or close a connection once the client is done. A connection
  * node:http2 stopped reading after its own error GOAWAY is closed only when a PING goes
  * unanswered: on the peer port by its keepalive (2 s + 3 s, services/peer/transport.ts), on the
- * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts).
+ * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts). An HTTP/1.x
+ * connection must be closed within HTTP_ANSWER_MS of the client half-closing it.
  */
-export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000 };
+export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000, http: HTTP_ANSWER_MS };
 
 export interface FuzzTarget {
   kind: TargetKind;
@@ -25,17 +29,14 @@ export interface FuzzTarget {
   /** Client endpoints of every node, for the oracle (the first writes the data set). */
   clientEndpoints: string[];
   nodes: KvsNode[];
-  cases: (rand: Rand) => Case;
+  cases: (rand: Rand) => Case | Promise<Case>;
   /** The peer port's leadership epoch (lock.ts), which real peer calls carry. */
   epoch?: string;
 }
 
 /** `clusterSize`: the peer port's cluster (3 by default; 1 is a leader alone, quicker to start). */
 export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Promise<FuzzTarget> {
-  if (kind === 'client') {
-    const node = await startKvs(t);
-    return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: clientCase };
-  }
+  if (kind === 'client' || kind === 'http') return clientPortTarget(t, kind, await startKvs(t));
   const cluster = await startCluster(t, clusterSize);
   const epoch = await leaderEpoch(cluster);
   return {
@@ -46,6 +47,12 @@ export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Pr
     cases: (rand) => peerCase(rand, epoch),
     epoch,
   };
+}
+
+/** The client port of a running node, fuzzed with gRPC (`client`) or HTTP/1.x (`http`). */
+export function clientPortTarget(t: Ctx, kind: 'client' | 'http', node: KvsNode): FuzzTarget {
+  if (kind === 'http') t.after(closeHttpGuard);
+  return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: kind === 'http' ? httpCase : clientCase };
 }
 
 /** A Ctx outside node:test (the CLI): cleanups run by `close()`, last first. */

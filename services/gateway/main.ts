@@ -100,7 +100,10 @@ export async function runGateway(cfg: Config): Promise<void> {
     tls,
     log,
     otherHttp: {
-      connection: (socket) => http1.accept(socket),
+      connection: (socket) => {
+        http1.emit('connection', socket);
+        socket.resume();
+      },
       stream: (stream, headers) => json!.handle(new Http2Exchange(stream, headers)),
     },
   });
@@ -132,7 +135,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
       stopping.abort();
-      http1.close();
+      http1.closeAllConnections();
       await server.shutdown(5000);
       feed.close();
       renewer.close();

@@ -475,3 +475,38 @@ test('a protocol error ends the connection with a GOAWAY naming it; so does a re
   await once(h1.socket, 'close');
   assert.deepEqual(h1.frames.map((f) => [f.type, f.code]), [[SETTINGS, undefined], [GOAWAY, 1]]);
 });
+
+test('with another HTTP beside it, a plaintext connection that never shows its protocol is closed; one that does is handed over', async (t) => {
+  // Neither HTTP/2's idle probe nor the HTTP/1 server's bounds apply before the first bytes
+  // decide: a connection that sent nothing, or only "P", was kept until the client left.
+  const handed: net.Socket[] = [];
+  const server = new GrpcServer({ maxReceiveMessageLength: 1024, otherHttp: { connection: (s) => void handed.push(s), stream: () => {}, sniffTimeoutMs: 300 } });
+  const port = await server.listen('127.0.0.1:0');
+  const clients: net.Socket[] = [];
+  t.after(async () => {
+    for (const s of [...handed, ...clients]) s.destroy();
+    await server.shutdown(100);
+  });
+  const open = (bytes: string) => {
+    const socket = net.connect(port, '127.0.0.1', () => bytes && socket.write(bytes));
+    clients.push(socket);
+    socket.on('error', () => {});
+    const closed = new Promise<number>((resolve) => {
+      const started = Date.now();
+      socket.on('close', () => resolve(Date.now() - started));
+    });
+    return { socket, closed };
+  };
+  for (const bytes of ['', 'P', 'PO']) {
+    const ms = await Promise.race([open(bytes).closed, new Promise<number>((r) => setTimeout(() => r(Infinity), 3000))]);
+    assert.ok(ms < 3000, `a connection that sent ${JSON.stringify(bytes)} was not closed`);
+  }
+  const h1 = open('POST / HTTP/1.1\r\n');
+  const h2 = open('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+  h2.socket.on('data', () => {});
+  await new Promise((r) => setTimeout(r, 800));
+  assert.equal(handed.length, 1, 'the HTTP/1 connection went to the other side');
+  assert.ok(!h1.socket.destroyed && !h2.socket.destroyed, 'decided connections are not cut by the sniffing timeout');
+  h1.socket.destroy();
+  h2.socket.destroy();
+});

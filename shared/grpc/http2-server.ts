@@ -56,6 +56,12 @@ export interface OtherHttp {
   connection(socket: net.Socket): void;
   /** An HTTP/2 request whose content-type is not application/grpc. */
   stream(stream: ServerStream, headers: RequestHeaders): void;
+  /**
+   * How long a plaintext connection has to send the bytes that tell HTTP/2 from HTTP/1.x
+   * before it is closed (default: IDLE_PROBE_MS + PROBE_TIMEOUT_MS, the time a quiet HTTP/2
+   * session that does not answer the idle probe lives).
+   */
+  sniffTimeoutMs?: number;
 }
 
 /** The part of a pino logger the server uses. */
@@ -441,10 +447,14 @@ export class GrpcServer implements SessionHandler {
    */
   private sniff(socket: net.Socket, other: OtherHttp): void {
     let head: Buffer = Buffer.alloc(0);
+    // Neither side's bounds apply before one of them has the connection: one that sends
+    // nothing (or only "P") was kept until the client left.
+    const undecided = setTimeout(() => socket.destroy(), other.sniffTimeoutMs ?? IDLE_PROBE_MS + PROBE_TIMEOUT_MS).unref();
     const onData = (chunk: Buffer) => {
       head = head.length ? Buffer.concat([head, chunk]) : chunk;
       // 'P' alone could still be POST, PUT or PATCH.
       if (head.length < 3 && head[0] === 0x50) return;
+      clearTimeout(undecided);
       socket.off('data', onData);
       socket.off('close', onGone);
       socket.off('error', onGone);
@@ -458,6 +468,7 @@ export class GrpcServer implements SessionHandler {
       }
     };
     const onGone = () => {
+      clearTimeout(undecided);
       socket.off('data', onData);
       socket.destroy();
     };

@@ -18,6 +18,9 @@ export type JsonValue =
 /** A syntax error, worded as Go's (`invalid character 'x' looking for beginning of value`). */
 export class JsonSyntaxError extends Error {}
 
+/** Go's encoding/json maxNestingDepth: objects and arrays open at once. */
+const MAX_NESTING_DEPTH = 10_000;
+
 /** The body ended inside a value (Go: io.ErrUnexpectedEOF from a Decoder). */
 class Truncated extends Error {}
 
@@ -52,14 +55,63 @@ class Scanner {
     return this.pos >= this.text.length;
   }
 
+  /**
+   * One value. Objects and arrays are read in a loop over a stack of the open ones, not by
+   * recursion: nesting as deep as Go allows (maxNestingDepth, 10,000) fits in no deeper a JS
+   * stack, and one level deeper is refused with Go's words.
+   */
   value(context = 'looking for beginning of value'): JsonValue {
-    this.skipSpace();
-    const c = this.peek();
+    type Open = { t: 'object'; v: Map<string, JsonValue>; key: string } | { t: 'array'; v: JsonValue[] };
+    const open: Open[] = [];
+    for (;;) {
+      this.skipSpace();
+      const c = this.peek();
+      let done: JsonValue;
+      if (c === '{' || c === '[') {
+        if (open.length >= MAX_NESTING_DEPTH) this.fail(c, 'exceeded max depth');
+        this.pos++;
+        this.skipSpace();
+        if (c === '{') {
+          if (this.peek() !== '}') {
+            open.push({ t: 'object', v: new Map(), key: this.key() });
+            continue;
+          }
+          done = { t: 'object', v: new Map() };
+        } else {
+          if (this.peek() !== ']') {
+            open.push({ t: 'array', v: [] });
+            continue;
+          }
+          done = { t: 'array', v: [] };
+        }
+        this.pos++;
+      } else {
+        done = this.scalar(c, open.length ? 'looking for beginning of value' : context);
+      }
+      // The value ends its parent's member; closing brackets end the parents too.
+      for (;;) {
+        const parent = open.at(-1);
+        if (!parent) return done;
+        if (parent.t === 'object') parent.v.set(parent.key, done); // a repeated key: the last one counts, as in Go's map
+        else parent.v.push(done);
+        this.skipSpace();
+        const next = this.peek();
+        this.pos++;
+        if (next === (parent.t === 'object' ? '}' : ']')) {
+          open.pop();
+          done = parent.t === 'object' ? { t: 'object', v: parent.v } : { t: 'array', v: parent.v };
+          continue;
+        }
+        if (next !== ',') this.fail(next, parent.t === 'object' ? 'after object key:value pair' : 'after array element');
+        if (parent.t === 'object') parent.key = this.key();
+        break;
+      }
+    }
+  }
+
+  /** A value that is not an object or an array, starting with `c`. */
+  private scalar(c: string, context: string): JsonValue {
     switch (c) {
-      case '{':
-        return this.object();
-      case '[':
-        return this.array();
       case '"': {
         this.pos++;
         return this.string();
@@ -85,49 +137,18 @@ class Scanner {
     return v;
   }
 
-  private object(): JsonValue {
-    this.pos++; // {
-    const v = new Map<string, JsonValue>();
+  /** An object member's key and its colon, from where a key may start. */
+  private key(): string {
     this.skipSpace();
-    if (this.peek() === '}') {
-      this.pos++;
-      return { t: 'object', v };
-    }
-    for (;;) {
-      this.skipSpace();
-      const q = this.peek();
-      if (q !== '"') this.fail(q, 'looking for beginning of object key string');
-      this.pos++;
-      const key = this.string().v;
-      this.skipSpace();
-      const colon = this.peek();
-      if (colon !== ':') this.fail(colon, 'after object key');
-      this.pos++;
-      v.set(key, this.value()); // a repeated key: the last one counts, as in Go's map
-      this.skipSpace();
-      const next = this.peek();
-      this.pos++;
-      if (next === '}') return { t: 'object', v };
-      if (next !== ',') this.fail(next, 'after object key:value pair');
-    }
-  }
-
-  private array(): JsonValue {
-    this.pos++; // [
-    const v: JsonValue[] = [];
+    const q = this.peek();
+    if (q !== '"') this.fail(q, 'looking for beginning of object key string');
+    this.pos++;
+    const key = this.string().v;
     this.skipSpace();
-    if (this.peek() === ']') {
-      this.pos++;
-      return { t: 'array', v };
-    }
-    for (;;) {
-      v.push(this.value());
-      this.skipSpace();
-      const next = this.peek();
-      this.pos++;
-      if (next === ']') return { t: 'array', v };
-      if (next !== ',') this.fail(next, 'after array element');
-    }
+    const colon = this.peek();
+    if (colon !== ':') this.fail(colon, 'after object key');
+    this.pos++;
+    return key;
   }
 
   /** After the opening quote. */

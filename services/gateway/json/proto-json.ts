@@ -149,8 +149,21 @@ function unmarshalInner(raw: string): JsonValue {
   }
 }
 
-/** A message's fields from a JSON value, as the plain object protobufjs encodes. */
-function message(type: protobuf.Type, v: JsonValue): Record<string, unknown> {
+/**
+ * A request nests its messages at most this deep. protobufjs encodes and decodes no deeper
+ * than its recursion limit (100, protoc's), and an answer nests one level deeper than its
+ * request (a PutResponse's header, a RangeResponse's kvs): the answer to a deeper request
+ * would not decode into JSON.
+ */
+const MAX_REQUEST_DEPTH = protobuf.util.recursionLimit - 1;
+
+/**
+ * A message's fields from a JSON value, as the plain object protobufjs encodes. `depth`: how
+ * many messages enclose this one. A request nested deeper than MAX_REQUEST_DEPTH (a Txn in a
+ * Txn about 50 times) is refused here, as a request that does not read.
+ */
+function message(type: protobuf.Type, v: JsonValue, depth = 0): Record<string, unknown> {
+  if (depth > MAX_REQUEST_DEPTH) throw new JsonRequestError(`kvs: the request nests messages more than ${MAX_REQUEST_DEPTH} deep`);
   if (v.t === 'null') return {};
   if (v.t !== 'object') throw cannot(v, 'map[string]json.RawMessage');
   const out: Record<string, unknown> = {};
@@ -163,10 +176,10 @@ function message(type: protobuf.Type, v: JsonValue): Record<string, unknown> {
     f.resolve();
     if (f.repeated) {
       if (jv.t !== 'array') throw cannot(jv, '[]json.RawMessage');
-      out[f.name] = jv.v.map((e) => (f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, e) : scalar(f, e)));
+      out[f.name] = jv.v.map((e) => (f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, e, depth + 1) : scalar(f, e)));
       continue;
     }
-    const value = f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, jv) : scalar(f, jv);
+    const value = f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, jv, depth + 1) : scalar(f, jv);
     if (value !== undefined) out[f.name] = value;
   }
   return out;
