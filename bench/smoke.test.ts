@@ -1,6 +1,7 @@
 // Smoke test of the benchmark suite: a --quick run of seq-put, seq-put-store-local (kvs on a
 // local-directory object store), seq-get and watch against kvs and etcd must produce a JSON report with positive throughput for both systems and ordered
-// percentiles; a --quick run of cluster-par-get (linearizable gets on a follower) and
+// percentiles; so must a --quick run of json-seq-put and json-par-get (etcd's JSON gateway over
+// HTTP/1.1); a --quick run of cluster-par-get (linearizable gets on a follower) and
 // cluster-failover (one kill -9 of the leader) against three-member clusters of both must too;
 // so must a --quick run with --client go (etcd's Go client as the load generator; skipped when
 // go is not installed). The put workloads' results carry the WAL fsyncs scraped from both
@@ -74,6 +75,28 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
   assert.match(output, /\| fsyncs\/s \| ops\/fsync \|/);
   assert.match(output, /\| seq-put/);
   assert.match(output, /\| seq-put-store-local/);
+});
+
+test('bench --quick runs json-seq-put and json-par-get (the JSON gateway over HTTP/1.1) against kvs and etcd', { timeout: 90_000 }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvs-bench-smoke-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'results.json');
+
+  const { code, output } = await run(MAIN, ['--quick', '--workloads', 'json-seq-put,json-par-get', '--out', out]);
+  assert.equal(code, 0, `bench exited with ${code}:\n${output}`);
+
+  const report = JSON.parse(await readFile(out, 'utf8')) as Report;
+  assert.deepEqual(report.workloads.map((w) => w.workload), ['json-seq-put', 'json-par-get']);
+  for (const w of report.workloads) {
+    assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
+    // A request counts only if its answer was a 200 that parsed as JSON and held what was asked.
+    for (const r of w.results) {
+      assertMeasured(r, `${w.workload} on ${r.system}`);
+      assert.ok(r.bytes > 0, `${w.workload} on ${r.system}: bytes`);
+    }
+    assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
+  }
+  for (const r of report.workloads[0]!.results) assert.ok(r.fsyncs! > 0, `json-seq-put on ${r.system}: fsyncs ${r.fsyncs}`);
 });
 
 test('bench --kvs-flags passes its flags to kvs run: an unknown one stops the node, and the run', { timeout: 60_000 }, async (t) => {

@@ -7,6 +7,7 @@ import { range, rangeHistory } from './range.js';
 import { size, size10x, sizeJson } from './size.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
+import { jsonParGet, jsonParPut, jsonSeqGet, jsonSeqPut } from './json.js';
 import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster.js';
 
 /** Against a three-member cluster of each system (bench/cluster.ts). */
@@ -20,7 +21,7 @@ export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterFailover,
 ];
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, jsonSeqPut, jsonParPut, jsonSeqGet, jsonParGet, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];

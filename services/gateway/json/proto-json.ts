@@ -185,9 +185,15 @@ function message(type: protobuf.Type, v: JsonValue, depth = 0): Record<string, u
   return out;
 }
 
-/** protoc's JSON name: lowerCamelCase of the name as written. */
+const camelNames = new Map<string, string>();
+/** protoc's JSON name: lowerCamelCase of the name as written (field names only: one entry each). */
 function camel(name: string): string {
-  return name.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+  let c = camelNames.get(name);
+  if (c === undefined) {
+    c = name.replace(/_([a-z0-9])/g, (_, ch: string) => ch.toUpperCase());
+    camelNames.set(name, c);
+  }
+  return c;
 }
 
 const wireTypes = new Map<string, protobuf.Type>();
@@ -263,6 +269,17 @@ function scalarJson(field: protobuf.Field, value: unknown): string | undefined {
   }
 }
 
+const fieldKeys = new Map<string, string>();
+/** A field's name as a JSON object key, `"name":` (field names only: one entry each). */
+function fieldKey(name: string): string {
+  let k = fieldKeys.get(name);
+  if (k === undefined) {
+    k = `${jsonString(name)}:`;
+    fieldKeys.set(name, k);
+  }
+  return k;
+}
+
 /** A decoded message as JSON text, fields at their defaults left out. */
 export function messageJson(type: protobuf.Type, msg: Record<string, unknown>): string {
   const parts: string[] = [];
@@ -279,7 +296,7 @@ export function messageJson(type: protobuf.Type, msg: Record<string, unknown>): 
     } else {
       text = sub ? messageJson(sub, value as Record<string, unknown>) : scalarJson(f, value);
     }
-    if (text !== undefined) parts.push(`${jsonString(f.name)}:${text}`);
+    if (text !== undefined) parts.push(fieldKey(f.name) + text);
   }
   return `{${parts.join(',')}}`;
 }
