@@ -24,15 +24,64 @@ const peerOf = (s: net.Socket) => (s.remoteAddress ? `${s.remoteAddress}:${s.rem
 
 /** node's http server, fed the connections the client port hands over. */
 export function http1Server(handle: (ex: HttpExchange) => void): http.Server {
-  const server = http.createServer({ headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: 30_000 }, (req, res) => handle(new Http1Exchange(req, res)));
+  // The Host check is Go's (below), with Go's answer; node's would be an empty 400.
+  const server = http.createServer({ headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: 30_000, requireHostHeader: false }, (req, res) => serve(req, res, false));
+  // Expect: 100-continue is answered when the body is read (as Go's server does), not at once.
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => serve(req, res, true));
+  // One request at a time per connection, as Go's server reads the next request only once the
+  // handler of the one before has returned: pipelined requests are served in order (a range
+  // sent after a put sees it), not side by side. Node parses ahead; the later ones wait here.
+  const queues = new WeakMap<net.Socket, (() => void)[]>();
+  function serve(req: http.IncomingMessage, res: http.ServerResponse, expectsContinue: boolean): void {
+    const socket = req.socket;
+    let queue = queues.get(socket);
+    const run = () => {
+      let done = false;
+      const next = () => {
+        if (done) return;
+        done = true;
+        const q = queues.get(socket)!;
+        q.shift();
+        if (socket.destroyed) q.length = 0;
+        q[0]?.();
+      };
+      res.once('finish', next);
+      res.once('close', next);
+      start(req, res, expectsContinue);
+    };
+    if (!queue) queues.set(socket, (queue = []));
+    queue.push(run);
+    if (queue.length === 1) run();
+  }
+  function start(req: http.IncomingMessage, res: http.ServerResponse, expectsContinue: boolean): void {
+    if (req.httpVersion === '1.1' && req.headers.host === undefined) {
+      const text = '400 Bad Request: missing required Host header';
+      res.writeHead(400, 'Bad Request: missing required Host header', { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+      res.end(text);
+      return;
+    }
+    handle(new Http1Exchange(req, res, expectsContinue));
+  }
   // Go's server answers a request line it cannot parse with 400 and closes; node's default
-  // writes nothing on some errors.
+  // writes nothing once a response was written on the connection. Go writes it after the
+  // answers to the requests before it (pipelining), so this waits for them.
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    if (!socket.writable) return socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
-    socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
+    afterResponses(socket, () => {
+      if (!socket.writable) return socket.destroy();
+      socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
+    });
   });
   return server;
+}
+
+/** Runs `fn` once the responses in progress on `socket` are written (node assigns them in turn). */
+function afterResponses(socket: net.Socket, fn: () => void): void {
+  const current = (socket as net.Socket & { _httpMessage?: http.ServerResponse })._httpMessage;
+  if (!current || current.writableFinished || current.destroyed) return fn();
+  const next = () => setImmediate(() => afterResponses(socket, fn));
+  current.once('finish', next);
+  current.once('close', next);
 }
 
 class Http1Exchange implements HttpExchange {
@@ -45,6 +94,8 @@ class Http1Exchange implements HttpExchange {
   constructor(
     private readonly req: http.IncomingMessage,
     private readonly res: http.ServerResponse,
+    /** The client waits for 100 Continue before it sends the body. */
+    private expectsContinue = false,
   ) {
     this.method = req.method ?? 'GET';
     this.url = req.url ?? '/';
@@ -66,11 +117,20 @@ class Http1Exchange implements HttpExchange {
   }
 
   onData(fn: (chunk: Buffer) => void): void {
+    this.wantBody();
     this.dataFns.push(fn);
   }
 
   onEnd(fn: () => void): void {
+    this.wantBody();
     this.req.on('end', fn);
+  }
+
+  /** The body is read: a client waiting for 100 Continue gets it now. */
+  private wantBody(): void {
+    if (!this.expectsContinue) return;
+    this.expectsContinue = false;
+    this.res.writeContinue();
   }
 
   onClose(fn: () => void): void {
@@ -89,7 +149,20 @@ class Http1Exchange implements HttpExchange {
 
   respond(status: number, headers: Record<string, string>): void {
     if (this.res.headersSent) return;
+    // A client still waiting for 100 Continue may send its body, or the next request, after
+    // this answer: the connection cannot be read on, so it is closed (as Go's server does).
+    if (this.expectsContinue) headers = { ...headers, Connection: 'close' };
+    // HTTP/1.0 has no chunked encoding, so no trailers (node refuses to declare one).
+    if (!this.chunked && headers.Trailer !== undefined) {
+      headers = { ...headers };
+      delete headers.Trailer;
+    }
     this.res.writeHead(status, headers);
+  }
+
+  /** The response can be chunked (and carry trailers): HTTP/1.1 and later. */
+  private get chunked(): boolean {
+    return this.req.httpVersionMajor > 1 || (this.req.httpVersionMajor === 1 && this.req.httpVersionMinor >= 1);
   }
 
   write(chunk: string): boolean {
@@ -97,7 +170,7 @@ class Http1Exchange implements HttpExchange {
   }
 
   end(chunk?: string, trailers?: Record<string, string>): void {
-    if (trailers) {
+    if (trailers && this.chunked) {
       if (chunk) this.res.write(chunk);
       this.res.addTrailers(trailers);
       this.res.end();
@@ -176,8 +249,8 @@ export class Http2Exchange implements HttpExchange {
 
   respond(status: number, headers: Record<string, string>): void {
     const h: Record<string, string | number> = { ':status': status };
-    // HTTP/2 has no Transfer-Encoding, and names its headers in lower case.
-    for (const [k, v] of Object.entries(headers)) if (k !== 'Trailer') h[k.toLowerCase()] = v;
+    // HTTP/2 has no Transfer-Encoding nor Connection, and names its headers in lower case.
+    for (const [k, v] of Object.entries(headers)) if (k !== 'Trailer' && k !== 'Connection') h[k.toLowerCase()] = v;
     this.stream.respond(encodeHeaders(h));
   }
 

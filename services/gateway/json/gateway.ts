@@ -120,10 +120,60 @@ const streamErrorBody = (code: number, message: string) => {
 };
 
 /** Go's http.Error: plain text and a newline. */
-function plainError(ex: HttpExchange, status: number, text: string, extra: Record<string, string> = {}): void {
+function plainError(ex: HttpExchange, status: number, text: string, extra: Record<string, string> = {}, cors = true): void {
   ex.discardBody();
-  ex.respond(status, { ...CORS, ...extra, 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
-  ex.end(`${text}\n`);
+  const body = `${text}\n`;
+  ex.respond(status, { ...(cors ? CORS : {}), ...extra, 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff', 'Content-Length': String(Buffer.byteLength(body)) });
+  ex.end(body);
+}
+
+/** Go's server on a request line it cannot read (here: a path that does not unescape). */
+function badRequest(ex: HttpExchange): void {
+  ex.discardBody();
+  ex.respond(400, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+  ex.end('400 Bad Request');
+}
+
+/** Go's http.Redirect with 301, as its ServeMux sends it. */
+function redirect(ex: HttpExchange, location: string): void {
+  ex.discardBody();
+  const headers: Record<string, string> = { ...CORS, Location: location };
+  let body = '';
+  if (ex.method === 'GET' || ex.method === 'HEAD') headers['Content-Type'] = 'text/html; charset=utf-8';
+  if (ex.method === 'GET') body = `<a href="${htmlEscape(location)}">Moved Permanently</a>.\n\n`;
+  headers['Content-Length'] = String(Buffer.byteLength(body));
+  ex.respond(301, headers);
+  ex.end(body);
+}
+
+const HTML_ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&#34;', "'": '&#39;' };
+const htmlEscape = (s: string) => s.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]!);
+
+/** Go's url.PathUnescape of a request path, as a byte string; undefined if an escape is bad. */
+export function unescapePath(raw: string): string | undefined {
+  if (!raw.includes('%')) return raw;
+  if (/%(?![0-9A-Fa-f]{2})/.test(raw)) return undefined;
+  return raw.replace(/%([0-9A-Fa-f]{2})/g, (_, h: string) => String.fromCharCode(parseInt(h, 16)));
+}
+
+/** Go's cleanPath (net/http): path.Clean, keeping a trailing slash. */
+export function cleanPath(p: string): string {
+  if (p === '') return '/';
+  if (p[0] !== '/') p = `/${p}`;
+  const out: string[] = [];
+  for (const part of p.split('/')) {
+    if (part === '' || part === '.') continue;
+    if (part === '..') out.pop();
+    else out.push(part);
+  }
+  let np = `/${out.join('/')}`;
+  if (p.endsWith('/') && np !== '/') np += '/';
+  return np;
+}
+
+/** Go's URL.EscapedPath of a clean path (a byte string). */
+function escapePath(p: string): string {
+  return p.replace(/[^A-Za-z0-9\-_.~$&+,/:;=@]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
 }
 
 export class JsonGateway {
@@ -131,20 +181,33 @@ export class JsonGateway {
 
   handle(ex: HttpExchange): void {
     const q = ex.url.indexOf('?');
-    const path = q === -1 ? ex.url : ex.url.slice(0, q);
+    const query = q === -1 ? '' : ex.url.slice(q + 1);
+    // Go's URL.Path: percent-escapes undone; a path that does not unescape is a bad request
+    // line, answered before any handler.
+    let path = unescapePath(q === -1 ? ex.url : ex.url.slice(0, q));
+    if (path === undefined) return badRequest(ex);
+    // etcd's accessController: /v3beta/ is rewritten to /v3/, a client certificate's CN is
+    // refused with auth on, CORS headers are added, and OPTIONS is answered; then Go's mux.
+    if (path.startsWith('/v3beta/')) path = `/v3/${path.slice(8)}`;
+    if (path.startsWith('/v3/') && this.opts.clientCertAuth && ex.commonName && this.opts.authEnabled()) {
+      return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected', {}, false);
+    }
     if (ex.method === 'OPTIONS') {
       ex.discardBody();
-      ex.respond(200, CORS);
+      ex.respond(200, { ...CORS, 'Content-Length': '0' });
       return ex.end();
     }
-    if (path === '/version' || path === '/health' || path === '/metrics') return this.probe(ex, path, q === -1 ? '' : ex.url.slice(q + 1));
+    // Go's ServeMux redirects a path that is not clean (// . ..) to the clean one, and /v3 to
+    // the subtree it names, /v3/.
+    const clean = cleanPath(path);
+    const target = clean === '/v3' ? '/v3/' : clean !== path ? clean : undefined;
+    if (target !== undefined) return redirect(ex, escapePath(target) + (query ? `?${query}` : ''));
+    if (path === '/metrics') return this.metrics(ex);
+    if (path === '/version' || path === '/health') return this.probe(ex, path, query);
     const grpcPath = routeOf(path);
     if (!grpcPath) {
       // grpc-gateway's mux answers under /v3/, Go's default mux elsewhere.
-      return plainError(ex, 404, path.startsWith('/v3/') || path.startsWith('/v3beta/') ? 'Not Found' : '404 page not found');
-    }
-    if (this.opts.clientCertAuth && ex.commonName && this.opts.authEnabled()) {
-      return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected');
+      return plainError(ex, 404, path.startsWith('/v3/') ? 'Not Found' : '404 page not found');
     }
     if (ex.method !== 'POST') return plainError(ex, 405, 'Method Not Allowed');
     const route = this.opts.server.route(grpcPath);
@@ -172,6 +235,10 @@ export class JsonGateway {
     return call;
   }
 
+  /**
+   * A call with one request: unary, or server-streaming (Snapshot, Observe). The body is read
+   * whole, as etcd's gateway reads it (one JSON value; what follows it is ignored).
+   */
   private unary(ex: HttpExchange, route: Route): void {
     const type = requestType(route);
     const limit = this.opts.maxMessageBytes * BODY_FACTOR;
@@ -183,7 +250,8 @@ export class JsonGateway {
       size += chunk.length;
       if (size > limit) {
         refused = true;
-        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), false);
+        // The body is not read further: its size stands for the message's.
+        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), true);
       }
       chunks.push(chunk);
     });
@@ -191,13 +259,15 @@ export class JsonGateway {
       if (refused || ex.closed) return;
       let wire: Buffer;
       try {
-        wire = readRequest(type, Buffer.concat(chunks).toString('utf8'), 0)?.wire ?? Buffer.alloc(0);
+        wire = readRequest(type, Buffer.concat(chunks).toString('latin1'), 0)?.wire ?? Buffer.alloc(0);
       } catch (err) {
         if (err instanceof JsonRequestError) return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
         throw err;
       }
       if (wire.length > this.opts.maxMessageBytes) return this.fail(ex, tooLarge(wire.length, this.opts.maxMessageBytes), true);
-      const call = this.newCall(ex, route, this.sink(ex, route, false));
+      const streamed = route.method.responseStream;
+      const call = this.newCall(ex, route, this.sink(ex, route, streamed));
+      if (streamed) ex.onDrain(() => call.emit('drain'));
       try {
         call.request = route.method.requestDeserialize(wire);
         route.handler(call as never, call.respond);
@@ -264,7 +334,8 @@ export class JsonGateway {
     };
     ex.onData((chunk) => {
       if (ended) return;
-      text += chunk.toString('utf8');
+      // Bytes, one char each: a chunk may end inside a character.
+      text += chunk.toString('latin1');
       if (text.length > limit) {
         if (!call) return void this.fail(ex, tooLarge(text.length, this.opts.maxMessageBytes), false);
         return halfClose();
@@ -287,7 +358,7 @@ export class JsonGateway {
     return call;
   }
 
-  /** Writes a call's answers as JSON. */
+  /** Writes a call's answers as JSON: one object, or `{"result": ...}` lines for a stream. */
   private sink(ex: HttpExchange, route: Route, streamed: boolean): CallSink {
     const type = responseType(route);
     let started = false;
@@ -304,8 +375,10 @@ export class JsonGateway {
         return ex.needDrain;
       },
       unary: (wire) => {
-        start();
-        ex.end(wireToJson(type, wire));
+        const body = wireToJson(type, wire);
+        started = true;
+        ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD, 'Content-Length': String(Buffer.byteLength(body)) });
+        ex.end(body);
       },
       message: (wire) => {
         start();
@@ -316,12 +389,10 @@ export class JsonGateway {
           start();
           return ex.end();
         }
-        if (!streamed) return this.fail(ex, s, true);
-        // grpc-gateway's stream error: the status only if nothing was written yet.
-        if (!started) {
-          started = true;
-          ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
-        }
+        // grpc-gateway: an error before the first message fails the call as a unary one does
+        // (its stream's Header() fails; no trailer was received), after it ends the stream
+        // with an error object.
+        if (!started) return this.fail(ex, s, !streamed);
         ex.end(streamErrorBody(s.code ?? Status.UNKNOWN, s.details ?? ''));
       },
     };
@@ -339,35 +410,40 @@ export class JsonGateway {
       ex.respond(httpStatusOf(code), { ...JSON_HEADERS, Trailer: 'Grpc-Trailer-Content-Type' });
       ex.end(body, { 'Grpc-Trailer-Content-Type': 'application/grpc' });
     } else {
-      ex.respond(httpStatusOf(code), JSON_HEADERS);
+      ex.respond(httpStatusOf(code), { ...JSON_HEADERS, 'Content-Length': String(Buffer.byteLength(body)) });
       ex.end(body);
     }
   }
 
   // ---------------------------------------------------------------- /version, /health, /metrics
 
+  /** /version and /health: GET only, as etcd's handlers check. */
   private probe(ex: HttpExchange, path: string, query: string): void {
     ex.discardBody();
     if (ex.method !== 'GET') return plainError(ex, 405, 'Method Not Allowed', { Allow: 'GET' });
     if (path === '/version') {
-      ex.respond(200, JSON_HEADERS);
-      return ex.end(JSON.stringify(this.opts.version));
-    }
-    if (path === '/metrics') {
-      this.opts.metrics().then(
-        (text) => {
-          ex.respond(200, { ...CORS, 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8' });
-          ex.end(text);
-        },
-        (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
-      );
-      return;
+      const body = JSON.stringify(this.opts.version);
+      ex.respond(200, { ...JSON_HEADERS, 'Content-Length': String(body.length) });
+      return ex.end(body);
     }
     const excluded = new URLSearchParams(query).getAll('exclude');
     this.health(excluded).then((healthy) => {
-      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' });
-      ex.end(JSON.stringify({ health: healthy ? 'true' : 'false' }));
+      const body = JSON.stringify({ health: healthy ? 'true' : 'false' });
+      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': String(body.length) });
+      ex.end(body);
     });
+  }
+
+  /** /metrics: any method, as Prometheus's handler serves it. */
+  private metrics(ex: HttpExchange): void {
+    ex.discardBody();
+    this.opts.metrics().then(
+      (text) => {
+        ex.respond(200, { ...CORS, 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', 'Content-Length': String(Buffer.byteLength(text)) });
+        ex.end(text);
+      },
+      (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
+    );
   }
 
   /**
