@@ -111,6 +111,10 @@ class Http1Exchange implements HttpExchange {
     return commonNameOf(this.req.socket);
   }
 
+  get secure(): boolean {
+    return !!(this.req.socket as tls.TLSSocket).encrypted;
+  }
+
   header(name: string): string | undefined {
     const v = this.req.headers[name];
     return Array.isArray(v) ? v.join(', ') : v;
@@ -224,6 +228,10 @@ export class Http2Exchange implements HttpExchange {
 
   get commonName(): string | undefined {
     return commonNameOf(this.stream.session.socket);
+  }
+
+  get secure(): boolean {
+    return !!(this.stream.session.socket as tls.TLSSocket).encrypted;
   }
 
   header(name: string): string | undefined {

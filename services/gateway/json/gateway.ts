@@ -24,6 +24,8 @@ export interface HttpExchange {
   readonly peer: string;
   /** The verified client certificate's Common Name (mutual TLS), else undefined. */
   readonly commonName: string | undefined;
+  /** The connection is TLS. */
+  readonly secure: boolean;
   onData(fn: (chunk: Buffer) => void): void;
   onEnd(fn: () => void): void;
   /** The client went away, or the response ended. */
@@ -389,24 +391,30 @@ export class JsonGateway {
           start();
           return ex.end();
         }
-        // grpc-gateway: an error before the first message fails the call as a unary one does
-        // (its stream's Header() fails; no trailer was received), after it ends the stream
-        // with an error object.
-        if (!started) return this.fail(ex, s, !streamed);
+        if (!streamed) return this.fail(ex, s, true);
+        // grpc-gateway's stream error: an error object, with the status only if nothing was
+        // written yet.
+        if (!started) {
+          started = true;
+          ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
+        }
         ex.end(streamErrorBody(s.code ?? Status.UNKNOWN, s.details ?? ''));
       },
     };
   }
 
   /**
-   * An error answer. `fromService`: the call reached the service (etcd's gateway then names
-   * the gRPC trailer it would forward; a request that did not read has none).
+   * An error answer. `fromService`: the call reached the service. etcd's gateway then forwards
+   * the gRPC trailer its client got: over plaintext, grpc-go answers an error with trailers
+   * alone, content-type among them (`Grpc-Trailer-Content-Type`); over TLS, etcd's gRPC
+   * server is Go's HTTP/2 server's handler, which sends the content-type as a header, so no
+   * trailer is forwarded. A request that did not read has none either.
    */
   private fail(ex: HttpExchange, s: StatusLike, fromService: boolean): void {
     const code = s.code ?? Status.UNKNOWN;
     ex.discardBody();
     const body = errorBody(code, s.details ?? s.message ?? '');
-    if (fromService) {
+    if (fromService && !ex.secure) {
       ex.respond(httpStatusOf(code), { ...JSON_HEADERS, Trailer: 'Grpc-Trailer-Content-Type' });
       ex.end(body, { 'Grpc-Trailer-Content-Type': 'application/grpc' });
     } else {
