@@ -9,7 +9,7 @@
 // (h2-exchange.ts) both come in as an HttpExchange.
 import { Metadata, status as Status } from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
-import { parseTimeout, type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
+import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
 import { GatewayCall, type CallSink } from './call.js';
 import { JsonRequestError, readRequest, typeAsWritten, wireToJson } from './proto-json.js';
 import { routeOf } from './routes.js';
@@ -212,6 +212,11 @@ export class JsonGateway {
       return plainError(ex, 404, path.startsWith('/v3/') ? 'Not Found' : '404 page not found');
     }
     if (ex.method !== 'POST') return plainError(ex, 405, 'Method Not Allowed');
+    // grpc-gateway reads Grpc-Timeout before the body (runtime.AnnotateContext).
+    const timeout = gatewayTimeout(ex.header('grpc-timeout'));
+    if (timeout === 'invalid') return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: `invalid grpc-timeout: ${ex.header('grpc-timeout')}` }, false);
+    // A deadline already past: etcd's gateway's gRPC client gives up before it sends anything.
+    if (timeout !== undefined && timeout <= 0) return this.fail(ex, { code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' }, false);
     const route = this.opts.server.route(grpcPath);
     if (!route) return this.fail(ex, { code: Status.UNIMPLEMENTED, details: `kvs: ${grpcPath} is not served` }, false);
     if (route.method.requestStream) this.stream(ex, route);
@@ -231,8 +236,8 @@ export class JsonGateway {
 
   private newCall(ex: HttpExchange, route: Route, sink: CallSink): GatewayCall {
     const call = new GatewayCall(sink, route.method, this.metadataOf(ex), ex.peer);
-    const timeout = parseTimeout(ex.header('grpc-timeout'));
-    if (timeout !== undefined && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
+    const timeout = gatewayTimeout(ex.header('grpc-timeout'));
+    if (typeof timeout === 'number' && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
     ex.onClose(() => call.closedByClient());
     return call;
   }
@@ -509,6 +514,23 @@ export class JsonGateway {
       }
     });
   }
+}
+
+const TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
+
+/**
+ * grpc-gateway's timeoutDecode of Grpc-Timeout: an integer (strconv.ParseInt: a sign allowed,
+ * 64 bits) and a unit, in ms; 'invalid' for anything else; undefined without the header or
+ * for 0.
+ */
+export function gatewayTimeout(value: string | undefined): number | 'invalid' | undefined {
+  if (value === undefined || value === '') return undefined;
+  const m = /^([+-]?\d+)([HMSmun])$/.exec(value);
+  if (!m) return 'invalid';
+  const n = BigInt(m[1]!);
+  if (n > 2n ** 63n - 1n || n < -(2n ** 63n)) return 'invalid';
+  // 0 is no deadline at all (grpc-gateway sets one only for a timeout other than 0).
+  return n === 0n ? undefined : Number(n) * TIMEOUT_UNIT_MS[m[2]!]!;
 }
 
 function tooLarge(size: number, max: number): StatusLike {
