@@ -713,6 +713,8 @@ const LEASE_ROWS: Row[] = [
   { name: 'revoke again', path: '/v3/lease/revoke', body: { ID: 101 }, status: 404 },
   { name: 'revoke under /v3/kv/lease/', path: '/v3/kv/lease/revoke', body: '{"ID": "{{lease0}}"}', status: 200 },
   { name: 'revoke without an id', path: '/v3/kv/lease/revoke', body: {}, status: 404 },
+  { name: 'no grant under /v3/kv/lease/', path: '/v3/kv/lease/grant', body: { TTL: 60 }, status: 404 },
+  { name: 'no keepalive under /v3/kv/lease/', path: '/v3/kv/lease/keepalive', body: { ID: 100 }, status: 404 },
 ];
 
 function sortKeys(v: any): any {
@@ -1219,7 +1221,7 @@ async function transportTests(t: TestContext, p: Pair): Promise<void> {
   );
   await t.test('HTTP/1.0 watch: the stream, to the end of the connection', () =>
     sameRaw(p, request1('POST', '/v3/watch', JSON.stringify(w('a', { start_revision: 1 })), '', 'HTTP/1.0'), {
-      ms: 500,
+      ms: 1000,
       ...http10,
       norm: (body) => (typeof body === 'string' ? body.split('\n').filter(Boolean).length : body),
     }),
