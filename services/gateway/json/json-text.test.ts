@@ -7,15 +7,17 @@ import { decodeNext, goQuote, goUtf8, JsonSyntaxError, unmarshal } from './json-
 /** The body as the gateway reads it: bytes, one char each. */
 const bytes = (s: string, enc: BufferEncoding = 'utf8') => Buffer.from(s, enc).toString('latin1');
 
-const decodeError = (text: string): string => {
+/** The words of the syntax error `fn` throws ('no error' if none). */
+function errorOf(fn: () => unknown): string {
   try {
-    decodeNext(text);
+    fn();
   } catch (err) {
     assert.ok(err instanceof JsonSyntaxError, String(err));
     return err.message;
   }
   return 'no error';
-};
+}
+const decodeError = (text: string) => errorOf(() => decodeNext(text));
 
 test('syntax errors are worded as Go’s decoder words them', () => {
   const cases: [string, string][] = [
@@ -63,14 +65,7 @@ test('a byte the scanner meets is named as the rune of its value, as Go’s quot
 });
 
 test('Unmarshal (a quoted int64’s inside) has its own words for the end and for what follows', () => {
-  const err = (text: string) => {
-    try {
-      unmarshal(text);
-      return 'no error';
-    } catch (e) {
-      return (e as Error).message;
-    }
-  };
+  const err = (text: string) => errorOf(() => unmarshal(text));
   assert.equal(err(''), 'unexpected end of JSON input');
   assert.equal(err('1 2'), "invalid character '2' after top-level value");
   assert.equal(err('1\\u0030'), "invalid character '\\\\' after top-level value");

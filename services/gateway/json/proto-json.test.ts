@@ -21,6 +21,11 @@ function read(typeName: string, body: string): Record<string, unknown> | string 
 const RANGE = 'etcdserverpb.RangeRequest';
 const TXN = 'etcdserverpb.TxnRequest';
 
+/** Each body read as its type must give the message (an object) or the error's words. */
+function reads(cases: [typeName: string, body: string, want: Record<string, unknown> | string][]): void {
+  for (const [typeName, body, want] of cases) assert.deepEqual(read(typeName, body), want, `${typeName} ${body}`);
+}
+
 test('base64: Go’s StdEncoding, its error offsets in bytes with newlines counted', () => {
   const cases: [string, string][] = [
     ['YQ==', 'a'],
@@ -51,75 +56,83 @@ test('base64: Go’s StdEncoding, its error offsets in bytes with newlines count
 });
 
 test('int64: a number or a string holding one; Go’s words for the rest', () => {
-  assert.deepEqual(read(RANGE, '{"limit": 5}'), { limit: '5' });
-  assert.deepEqual(read(RANGE, '{"limit": " 5 "}'), { limit: '5' });
-  assert.deepEqual(read(RANGE, '{"limit": "-0"}'), { limit: '0' });
-  assert.deepEqual(read(RANGE, '{"max_mod_revision": 9223372036854775807}'), { max_mod_revision: '9223372036854775807' });
-  assert.deepEqual(read(RANGE, '{"limit": "null"}'), {});
-  assert.equal(read(RANGE, '{"limit": 1.5}'), 'json: cannot unmarshal number 1.5 into Go value of type int64');
-  assert.equal(read(RANGE, '{"limit": 1e400}'), 'json: cannot unmarshal number 1e400 into Go value of type int64');
-  assert.equal(read(RANGE, '{"limit": -9223372036854775809}'), 'json: cannot unmarshal number -9223372036854775809 into Go value of type int64');
-  assert.equal(read(RANGE, '{"limit": true}'), 'json: cannot unmarshal bool into Go value of type int64');
-  assert.equal(read(RANGE, '{"limit": "abc"}'), "invalid character 'a' looking for beginning of value");
-  assert.equal(read(RANGE, '{"limit": ""}'), 'unexpected end of JSON input');
-  assert.equal(read(RANGE, '{"limit": "1 2"}'), "invalid character '2' after top-level value");
-  assert.equal(read(RANGE, '{"limit": "1\\u0030"}'), "invalid character '\\\\' after top-level value");
-  assert.equal(read('etcdserverpb.LeaseRevokeRequest', '{"ID": "x"}'), "invalid character 'x' looking for beginning of value");
-  assert.equal(read('etcdserverpb.MoveLeaderRequest', '{"targetID": -1}'), 'json: cannot unmarshal number -1 into Go value of type uint64');
+  reads([
+    [RANGE, '{"limit": 5}', { limit: '5' }],
+    [RANGE, '{"limit": " 5 "}', { limit: '5' }],
+    [RANGE, '{"limit": "-0"}', { limit: '0' }],
+    [RANGE, '{"max_mod_revision": 9223372036854775807}', { max_mod_revision: '9223372036854775807' }],
+    [RANGE, '{"limit": "null"}', {}],
+    [RANGE, '{"limit": 1.5}', 'json: cannot unmarshal number 1.5 into Go value of type int64'],
+    [RANGE, '{"limit": 1e400}', 'json: cannot unmarshal number 1e400 into Go value of type int64'],
+    [RANGE, '{"limit": -9223372036854775809}', 'json: cannot unmarshal number -9223372036854775809 into Go value of type int64'],
+    [RANGE, '{"limit": true}', 'json: cannot unmarshal bool into Go value of type int64'],
+    [RANGE, '{"limit": "abc"}', "invalid character 'a' looking for beginning of value"],
+    [RANGE, '{"limit": ""}', 'unexpected end of JSON input'],
+    [RANGE, '{"limit": "1 2"}', "invalid character '2' after top-level value"],
+    [RANGE, '{"limit": "1\\u0030"}', "invalid character '\\\\' after top-level value"],
+    ['etcdserverpb.LeaseRevokeRequest', '{"ID": "x"}', "invalid character 'x' looking for beginning of value"],
+    ['etcdserverpb.MoveLeaderRequest', '{"targetID": -1}', 'json: cannot unmarshal number -1 into Go value of type uint64'],
+  ]);
 });
 
 test('bytes, bools, strings: Go’s words', () => {
-  assert.deepEqual(read(RANGE, '{"key": [97, null, 98]}'), { key: Buffer.from('a\0b').toString('base64') });
-  assert.equal(read(RANGE, '{"key": [256]}'), 'json: cannot unmarshal number 256 into Go value of type uint8');
-  assert.equal(read(RANGE, '{"key": [2.5]}'), 'json: cannot unmarshal number 2.5 into Go value of type uint8');
-  assert.equal(read(RANGE, '{"key": ["a"]}'), 'json: cannot unmarshal string into Go value of type uint8');
-  assert.equal(read(RANGE, '{"key": 1}'), 'json: cannot unmarshal number into Go value of type []uint8');
-  assert.equal(read(RANGE, '{"key": "YQ"}'), 'illegal base64 data at input byte 0');
-  assert.equal(read(RANGE, '{"serializable": "true"}'), 'json: cannot unmarshal string into Go value of type bool');
-  assert.equal(read('etcdserverpb.AuthUserGetRequest', '{"name": 1}'), 'json: cannot unmarshal number into Go value of type string');
-  assert.deepEqual(read('etcdserverpb.AuthUserGetRequest', `{"name": "${bytes('ü')}\\ud83d\\ude00"}`), { name: 'ü😀' });
+  reads([
+    [RANGE, '{"key": [97, null, 98]}', { key: Buffer.from('a\0b').toString('base64') }],
+    [RANGE, '{"key": [256]}', 'json: cannot unmarshal number 256 into Go value of type uint8'],
+    [RANGE, '{"key": [2.5]}', 'json: cannot unmarshal number 2.5 into Go value of type uint8'],
+    [RANGE, '{"key": ["a"]}', 'json: cannot unmarshal string into Go value of type uint8'],
+    [RANGE, '{"key": 1}', 'json: cannot unmarshal number into Go value of type []uint8'],
+    [RANGE, '{"key": "YQ"}', 'illegal base64 data at input byte 0'],
+    [RANGE, '{"serializable": "true"}', 'json: cannot unmarshal string into Go value of type bool'],
+    ['etcdserverpb.AuthUserGetRequest', '{"name": 1}', 'json: cannot unmarshal number into Go value of type string'],
+    ['etcdserverpb.AuthUserGetRequest', `{"name": "${bytes('ü')}\\ud83d\\ude00"}`, { name: 'ü😀' }],
+  ]);
 });
 
 test('enums: a name as written (no escapes undone) or a number', () => {
-  assert.deepEqual(read(RANGE, '{"sort_order": "DESCEND"}'), { sort_order: 'DESCEND' });
-  assert.deepEqual(read(RANGE, '{"sort_order": 2}'), { sort_order: 'DESCEND' });
   const unknown = (v: string) => `unknown value ${v} for enum etcdserverpb.RangeRequest_SortOrder`;
-  // protobufjs's enum values inherit the names by number: "1" is not a name.
-  assert.equal(read(RANGE, '{"sort_order": "1"}'), unknown('"1"'));
-  assert.equal(read(RANGE, '{"sort_order": "toString"}'), unknown('"toString"'));
-  assert.equal(read(RANGE, '{"sort_order": "descend"}'), unknown('"descend"'));
-  assert.equal(read(RANGE, '{"sort_order": "DESC\\u0045ND"}'), unknown('"DESC\\\\u0045ND"'));
-  assert.equal(read(RANGE, '{"sort_order": "\xff"}'), unknown('"\\xff"'));
-  assert.equal(read(RANGE, bytes('{"sort_order": "é\\n"}')), unknown('"é\\\\n"'));
-  assert.equal(read(RANGE, '{"sort_order": 1.5}'), 'json: cannot unmarshal number 1.5 into Go value of type etcdserverpb.RangeRequest_SortOrder');
-  assert.equal(read(RANGE, '{"sort_order": true}'), 'json: cannot unmarshal bool into Go value of type etcdserverpb.RangeRequest_SortOrder');
-  // A repeated enum's null element is its zero (NOPUT).
-  assert.deepEqual(read('etcdserverpb.WatchCreateRequest', '{"filters": [null, "NODELETE"]}'), { filters: ['NOPUT', 'NODELETE'] });
+  reads([
+    [RANGE, '{"sort_order": "DESCEND"}', { sort_order: 'DESCEND' }],
+    [RANGE, '{"sort_order": 2}', { sort_order: 'DESCEND' }],
+    // protobufjs's enum values inherit the names by number: "1" is not a name.
+    [RANGE, '{"sort_order": "1"}', unknown('"1"')],
+    [RANGE, '{"sort_order": "toString"}', unknown('"toString"')],
+    [RANGE, '{"sort_order": "descend"}', unknown('"descend"')],
+    [RANGE, '{"sort_order": "DESC\\u0045ND"}', unknown('"DESC\\\\u0045ND"')],
+    [RANGE, '{"sort_order": "\xff"}', unknown('"\\xff"')],
+    [RANGE, bytes('{"sort_order": "é\\n"}'), unknown('"é\\\\n"')],
+    [RANGE, '{"sort_order": 1.5}', 'json: cannot unmarshal number 1.5 into Go value of type etcdserverpb.RangeRequest_SortOrder'],
+    [RANGE, '{"sort_order": true}', 'json: cannot unmarshal bool into Go value of type etcdserverpb.RangeRequest_SortOrder'],
+    // A repeated enum's null element is its zero (NOPUT).
+    ['etcdserverpb.WatchCreateRequest', '{"filters": [null, "NODELETE"]}', { filters: ['NOPUT', 'NODELETE'] }],
+  ]);
 });
 
 test('messages: both spellings (the lowerCamelCase one wins), unknown fields ignored, null unset', () => {
-  assert.deepEqual(read(RANGE, '{"range_end": "eg==", "rangeEnd": "Yg=="}'), { range_end: 'Yg==' });
-  assert.deepEqual(read(RANGE, '{"rangeEnd": "Yg==", "range_end": "eg=="}'), { range_end: 'Yg==' });
-  assert.deepEqual(read(RANGE, '{"key": "YQ==", "bogus": {"x": [1]}, "KEY": 1}'), { key: 'YQ==' });
-  assert.deepEqual(read(RANGE, '{"key": null, "limit": null}'), {});
-  assert.deepEqual(read(RANGE, 'null'), {});
-  assert.deepEqual(read(RANGE, ''), {});
-  assert.equal(read(RANGE, '[]'), 'json: cannot unmarshal array into Go value of type map[string]json.RawMessage');
-  assert.equal(read(TXN, '{"compare": {}}'), 'json: cannot unmarshal object into Go value of type []json.RawMessage');
-  assert.equal(read(TXN, '{"success": [{"request_put": 1}]}'), 'json: cannot unmarshal number into Go value of type map[string]json.RawMessage');
-  // What follows the first value is not read (json.Decoder.Decode).
-  assert.deepEqual(read(RANGE, '{"key": "YQ=="} trailing'), { key: 'YQ==' });
+  reads([
+    [RANGE, '{"range_end": "eg==", "rangeEnd": "Yg=="}', { range_end: 'Yg==' }],
+    [RANGE, '{"rangeEnd": "Yg==", "range_end": "eg=="}', { range_end: 'Yg==' }],
+    [RANGE, '{"key": "YQ==", "bogus": {"x": [1]}, "KEY": 1}', { key: 'YQ==' }],
+    [RANGE, '{"key": null, "limit": null}', {}],
+    [RANGE, 'null', {}],
+    [RANGE, '', {}],
+    [RANGE, '[]', 'json: cannot unmarshal array into Go value of type map[string]json.RawMessage'],
+    [TXN, '{"compare": {}}', 'json: cannot unmarshal object into Go value of type []json.RawMessage'],
+    [TXN, '{"success": [{"request_put": 1}]}', 'json: cannot unmarshal number into Go value of type map[string]json.RawMessage'],
+    // What follows the first value is not read (json.Decoder.Decode).
+    [RANGE, '{"key": "YQ=="} trailing', { key: 'YQ==' }],
+  ]);
 });
 
 test('oneofs: read after the plain fields; the later of two members wins; a null scalar member is its zero', () => {
-  // range_end is declared after the target_union members, but jsonpb reads it first.
-  assert.equal(read(TXN, '{"compare": [{"version": "x", "range_end": 1}]}'), 'json: cannot unmarshal number into Go value of type []uint8');
-  assert.deepEqual(read(TXN, '{"success": [{"request_range": {"key": "YQ=="}, "request_delete_range": {"key": "Yg=="}}]}'), {
-    success: [{ request_delete_range: { key: 'Yg==' } }],
-  });
-  assert.deepEqual(read(TXN, '{"compare": [{"key": "YQ==", "mod_revision": null}]}'), { compare: [{ key: 'YQ==', mod_revision: '0' }] });
-  assert.deepEqual(read(TXN, '{"success": [{"request_range": null}]}'), { success: [{}] });
-  assert.deepEqual(read(TXN, '{"success": [null]}'), { success: [{}] });
+  reads([
+    // range_end is declared after the target_union members, but jsonpb reads it first.
+    [TXN, '{"compare": [{"version": "x", "range_end": 1}]}', 'json: cannot unmarshal number into Go value of type []uint8'],
+    [TXN, '{"success": [{"request_range": {"key": "YQ=="}, "request_delete_range": {"key": "Yg=="}}]}', { success: [{ request_delete_range: { key: 'Yg==' } }] }],
+    [TXN, '{"compare": [{"key": "YQ==", "mod_revision": null}]}', { compare: [{ key: 'YQ==', mod_revision: '0' }] }],
+    [TXN, '{"success": [{"request_range": null}]}', { success: [{}] }],
+    [TXN, '{"success": [null]}', { success: [{}] }],
+  ]);
 });
 
 test('responses: names as written, int64 as strings, bytes base64, defaults left out, Go’s HTML escapes', () => {
