@@ -1,41 +1,109 @@
-// The JSON gateway's two transports, each as an HttpExchange: HTTP/1.x on node's http server
-// (keep-alive, pipelining, chunked bodies, Expect: 100-continue and HTTP/1.0 are node's), and
-// HTTP/2 requests that are not gRPC, on the client port's own HTTP/2 session (curl over TLS
-// negotiates h2 by ALPN and sends JSON on it, as etcd serves it).
+// The JSON gateway's transports, each as an HttpExchange: HTTP/1.x on node's http server
+// (keep-alive, pipelining served in order, chunked bodies, Expect: 100-continue and HTTP/1.0,
+// with Go's server's limits and answers where node's differ), WebSocket upgrades of /v3/ routes
+// (websocket.ts, as etcd's wsproxy), and HTTP/2 requests that are not gRPC, on the client
+// port's own HTTP/2 session (curl over TLS negotiates h2 by ALPN and sends JSON on it, as etcd
+// serves it).
 import http from 'node:http';
 import type net from 'node:net';
 import type tls from 'node:tls';
 import { encodeHeaders, type RequestHeaders } from '../../../shared/grpc/hpack.js';
 import type { SessionStream } from '../../../shared/grpc/http2-session.js';
 import type { HttpExchange } from './gateway.js';
+import { commonNameOf, peerOf } from './peer.js';
+import { acceptWebSocket, isWebSocketUpgrade } from './websocket.js';
 
 /** A slow or stalled client is cut: headers within 10 s, the whole request within 60 s. */
 export const HEADERS_TIMEOUT_MS = 10_000;
 export const REQUEST_TIMEOUT_MS = 60_000;
 
-function commonNameOf(socket: net.Socket): string | undefined {
-  const s = socket as tls.TLSSocket;
-  if (!s.encrypted || !s.authorized) return undefined;
-  const cn = s.getPeerCertificate()?.subject?.CN as string | string[] | undefined;
-  return (Array.isArray(cn) ? cn[cn.length - 1] : cn) || undefined;
+/** Go's http.DefaultMaxHeaderBytes and the 4 KiB its server reads beyond them. */
+export const MAX_HEADER_BYTES = (1 << 20) + 4096;
+
+/** Go's answer to a request it cannot read: the status (and why) as text, the connection closed. */
+function goRefusal(status: string): string {
+  return `HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`;
 }
 
-const peerOf = (s: net.Socket) => (s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : 'unknown');
+/** What Go's server says of what node's parser refused: its status line, and why. */
+function refusalOf(err: NodeJS.ErrnoException): string {
+  switch (err.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return '431 Request Header Fields Too Large';
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return '408 Request Timeout';
+    case 'HPE_INVALID_HEADER_TOKEN':
+      return '400 Bad Request: invalid header name';
+    default:
+      return '400 Bad Request';
+  }
+}
 
-/** node's http server, fed the connections the client port hands over. */
-export function http1Server(handle: (ex: HttpExchange) => void): http.Server {
-  // The Host check is Go's (below), with Go's answer; node's would be an empty 400.
-  const server = http.createServer({ headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: 30_000, requireHostHeader: false }, (req, res) => serve(req, res, false));
-  // Expect: 100-continue is answered when the body is read (as Go's server does), not at once.
-  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => serve(req, res, true));
+/** Go's chunked reader's words for a body node's parser refused midway. */
+const bodyErrorOf = (err: NodeJS.ErrnoException) => (err.code === 'HPE_INVALID_CHUNK_SIZE' ? 'invalid byte in chunk length' : 'malformed chunked encoding');
+
+/** What the HTTP/1 side needs of the gateway. */
+export interface Http1Gateway {
+  handle(ex: HttpExchange): void;
+  /** Whether an upgrade request to `url` goes to the WebSocket proxy (a /v3/ route). */
+  acceptsWebSocket(method: string, url: string, commonName: string | undefined): boolean;
+  /** The largest message a WebSocket client may send. */
+  readonly maxMessageBytes: number;
+}
+
+/** The client port's HTTP/1: connections handed over, and all of them closed at shutdown. */
+export interface Http1Server {
+  connection(socket: net.Socket): void;
+  closeAll(): void;
+}
+
+/**
+ * node's http server, fed the connections the client port hands over. WebSocket upgrades of
+ * /v3/ routes go to the gateway's WebSocket proxy; any other upgrade request (curl --http2 asks
+ * for h2c) is served as the request it is, as Go's server ignores the Upgrade header: its bytes
+ * are replayed into a second server that has no upgrade handler.
+ */
+export function http1Server(gateway: Http1Gateway): Http1Server {
+  // Shared by both servers: a connection's pipelined requests, and the exchanges by request.
+  const queues = new WeakMap<net.Socket, (() => void)[]>();
+  const exchanges = new WeakMap<http.IncomingMessage, Http1Exchange>();
+  const webSockets = new Set<net.Socket>();
+
+  function make(): http.Server {
+    // The Host check is Go's (below), with Go's answer; node's would be an empty 400. Headers
+    // may be as large as Go's server takes them (node's default is 16 KiB).
+    const server = http.createServer(
+      { headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, keepAliveTimeout: 30_000, requireHostHeader: false, maxHeaderSize: MAX_HEADER_BYTES },
+      (req, res) => serve(req, res, false),
+    );
+    // Expect: 100-continue is answered when the body is read (as Go's server does), not at once.
+    server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => serve(req, res, true));
+    // Go's server answers a request line it cannot parse with 400 and closes; node's default
+    // writes nothing once a response was written on the connection. Go writes it after the
+    // answers to the requests before it (pipelining), so this waits for them.
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+      // A body that breaks midway (a bad chunk) fails the request it belongs to, as Go's gateway
+      // fails its read of the body; that answer closes the connection.
+      const current = (socket as net.Socket & { _httpMessage?: http.ServerResponse })._httpMessage;
+      const ex = current?.req && !current.req.complete ? exchanges.get(current.req) : undefined;
+      if (ex && err.code !== 'ERR_HTTP_REQUEST_TIMEOUT' && ex.bodyFailed(bodyErrorOf(err))) return;
+      afterResponses(socket, () => {
+        if (!socket.writable) return socket.destroy();
+        socket.end(goRefusal(refusalOf(err)));
+      });
+    });
+    return server;
+  }
+
   // One request at a time per connection, as Go's server reads the next request only once the
   // handler of the one before has returned: pipelined requests are served in order (a range
   // sent after a put sees it), not side by side. Node parses ahead; the later ones wait here.
-  const queues = new WeakMap<net.Socket, (() => void)[]>();
   function serve(req: http.IncomingMessage, res: http.ServerResponse, expectsContinue: boolean): void {
-    const socket = req.socket;
+    queued(req.socket, res, () => start(req, res, expectsContinue));
+  }
+  function queued(socket: net.Socket, res: http.ServerResponse | undefined, run: () => void): void {
     let queue = queues.get(socket);
-    const run = () => {
+    const go = () => {
       let done = false;
       const next = () => {
         if (done) return;
@@ -45,34 +113,64 @@ export function http1Server(handle: (ex: HttpExchange) => void): http.Server {
         if (socket.destroyed) q.length = 0;
         q[0]?.();
       };
-      res.once('finish', next);
-      res.once('close', next);
-      start(req, res, expectsContinue);
+      if (res) {
+        res.once('finish', next);
+        res.once('close', next);
+      }
+      run();
     };
     if (!queue) queues.set(socket, (queue = []));
-    queue.push(run);
-    if (queue.length === 1) run();
+    queue.push(go);
+    if (queue.length === 1) go();
   }
   function start(req: http.IncomingMessage, res: http.ServerResponse, expectsContinue: boolean): void {
-    if (req.httpVersion === '1.1' && req.headers.host === undefined) {
-      const text = '400 Bad Request: missing required Host header';
-      res.writeHead(400, 'Bad Request: missing required Host header', { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+    const http11 = req.httpVersionMajor === 1 && req.httpVersionMinor >= 1;
+    const refuse = (code: number, reason: string, text: string) => {
+      res.writeHead(code, reason, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close', 'Content-Length': String(text.length) });
       res.end(text);
-      return;
-    }
-    handle(new Http1Exchange(req, res, expectsContinue));
+    };
+    if (http11 && req.headers.host === undefined) return refuse(400, 'Bad Request: missing required Host header', '400 Bad Request: missing required Host header');
+    // Go's server takes no transfer coding but chunked (node would read "gzip, chunked" as chunked).
+    const te = req.headers['transfer-encoding'];
+    if (http11 && te !== undefined && te.trim().toLowerCase() !== 'chunked') return refuse(501, 'Not Implemented', 'Unsupported transfer encoding');
+    const ex = new Http1Exchange(req, res, expectsContinue);
+    exchanges.set(req, ex);
+    gateway.handle(ex);
   }
-  // Go's server answers a request line it cannot parse with 400 and closes; node's default
-  // writes nothing once a response was written on the connection. Go writes it after the
-  // answers to the requests before it (pipelining), so this waits for them.
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
-    afterResponses(socket, () => {
-      if (!socket.writable) return socket.destroy();
-      socket.end(`HTTP/1.1 ${status}\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n${status}`);
+
+  const plain = make();
+  const main = make();
+  main.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    // After the answers to the requests before it on the connection.
+    queued(socket, undefined, () => {
+      if (isWebSocketUpgrade(req) && gateway.acceptsWebSocket(req.method ?? 'GET', req.url ?? '/', commonNameOf(socket))) {
+        const ex = acceptWebSocket(req, socket, head, gateway.maxMessageBytes);
+        if (!ex) return;
+        webSockets.add(socket);
+        socket.once('close', () => webSockets.delete(socket));
+        return gateway.handle(ex);
+      }
+      // Not ours to upgrade: the request again, as node read it, to the server without an
+      // upgrade handler (which serves the rest of the connection too).
+      queues.delete(socket);
+      const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
+      plain.emit('connection', socket);
+      socket.resume();
     });
   });
-  return server;
+  return {
+    connection: (socket) => {
+      main.emit('connection', socket);
+      socket.resume();
+    },
+    closeAll: () => {
+      main.closeAllConnections();
+      plain.closeAllConnections();
+      for (const s of webSockets) s.destroy();
+    },
+  };
 }
 
 /** Runs `fn` once the responses in progress on `socket` are written (node assigns them in turn). */
@@ -90,6 +188,7 @@ class Http1Exchange implements HttpExchange {
   readonly peer: string;
   private discarding = false;
   private dataFns: ((c: Buffer) => void)[] = [];
+  private bodyErrorFns: ((message: string) => void)[] = [];
 
   constructor(
     private readonly req: http.IncomingMessage,
@@ -128,6 +227,24 @@ class Http1Exchange implements HttpExchange {
   onEnd(fn: () => void): void {
     this.wantBody();
     this.req.on('end', fn);
+  }
+
+  onBodyError(fn: (message: string) => void): void {
+    this.bodyErrorFns.push(fn);
+  }
+
+  /**
+   * The parser refused the rest of the body: the gateway answers (and the connection closes
+   * after it). False if nobody reads the body, so there is nobody to answer.
+   */
+  bodyFailed(message: string): boolean {
+    if (this.bodyErrorFns.length === 0 || this.res.headersSent) return false;
+    this.res.shouldKeepAlive = false;
+    // After the body read before the error (its 'data' events are still on their way).
+    setImmediate(() => {
+      for (const fn of this.bodyErrorFns) fn(message);
+    });
+    return true;
   }
 
   /** The body is read: a client waiting for 100 Continue gets it now. */
@@ -251,6 +368,8 @@ export class Http2Exchange implements HttpExchange {
   onDrain(fn: () => void): void {
     this.drainFns.push(fn);
   }
+  /** HTTP/2 frames the body: a stream cut short is reset, not a body error. */
+  onBodyError(): void {}
   discardBody(): void {
     this.discarding = true;
   }

@@ -26,11 +26,18 @@ export interface HttpExchange {
   readonly commonName: string | undefined;
   /** The connection is TLS. */
   readonly secure: boolean;
+  /**
+   * The body comes in whole messages and ends only with the connection (WebSocket): a unary
+   * call's request is its first complete JSON value.
+   */
+  readonly framed?: boolean;
   onData(fn: (chunk: Buffer) => void): void;
   onEnd(fn: () => void): void;
   /** The client went away, or the response ended. */
   onClose(fn: () => void): void;
   onDrain(fn: () => void): void;
+  /** The body could not be read to its end (a bad chunk): `message` is Go's word for why. */
+  onBodyError(fn: (message: string) => void): void;
   /** Stops reading the body (the rest is not wanted); the response can still be written. */
   discardBody(): void;
   respond(status: number, headers: Record<string, string>): void;
@@ -181,17 +188,29 @@ function escapePath(p: string): string {
 export class JsonGateway {
   constructor(private readonly opts: JsonGatewayOptions) {}
 
+  /**
+   * Whether etcd would hand this upgrade request to its WebSocket proxy: a /v3/ path, clean,
+   * past the accessController (not OPTIONS, not a refused CN).
+   */
+  acceptsWebSocket(method: string, url: string, commonName: string | undefined): boolean {
+    const target = requestTarget(url);
+    if (!target || method === 'OPTIONS' || this.refusesCommonName(target.path, commonName)) return false;
+    return target.path.startsWith('/v3/') && cleanPath(target.path) === target.path;
+  }
+
+  private refusesCommonName(path: string, commonName: string | undefined): boolean {
+    return path.startsWith('/v3/') && this.opts.clientCertAuth && !!commonName && this.opts.authEnabled();
+  }
+
   handle(ex: HttpExchange): void {
-    const q = ex.url.indexOf('?');
-    const query = q === -1 ? '' : ex.url.slice(q + 1);
-    // Go's URL.Path: percent-escapes undone; a path that does not unescape is a bad request
-    // line, answered before any handler.
-    let path = unescapePath(q === -1 ? ex.url : ex.url.slice(0, q));
-    if (path === undefined) return badRequest(ex);
-    // etcd's accessController: /v3beta/ is rewritten to /v3/, a client certificate's CN is
-    // refused with auth on, CORS headers are added, and OPTIONS is answered; then Go's mux.
-    if (path.startsWith('/v3beta/')) path = `/v3/${path.slice(8)}`;
-    if (path.startsWith('/v3/') && this.opts.clientCertAuth && ex.commonName && this.opts.authEnabled()) {
+    const target = requestTarget(ex.url);
+    // A path that does not unescape is a bad request line, answered before any handler.
+    if (!target) return badRequest(ex);
+    const { path, query } = target;
+    // etcd's accessController: /v3beta/ is rewritten to /v3/ (in requestTarget), a client
+    // certificate's CN is refused with auth on, CORS headers are added, and OPTIONS is
+    // answered; then Go's mux.
+    if (this.refusesCommonName(path, ex.commonName)) {
       return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected', {}, false);
     }
     if (ex.method === 'OPTIONS') {
@@ -202,8 +221,8 @@ export class JsonGateway {
     // Go's ServeMux redirects a path that is not clean (// . ..) to the clean one, and /v3 to
     // the subtree it names, /v3/.
     const clean = cleanPath(path);
-    const target = clean === '/v3' ? '/v3/' : clean !== path ? clean : undefined;
-    if (target !== undefined) return redirect(ex, escapePath(target) + (query ? `?${query}` : ''));
+    const cleaned = clean === '/v3' ? '/v3/' : clean !== path ? clean : undefined;
+    if (cleaned !== undefined) return redirect(ex, escapePath(cleaned) + (query ? `?${query}` : ''));
     if (path === '/metrics') return this.metrics(ex);
     if (path === '/version' || path === '/health') return this.probe(ex, path, query);
     const grpcPath = routeOf(path);
@@ -251,26 +270,27 @@ export class JsonGateway {
     const limit = this.opts.maxMessageBytes * BODY_FACTOR;
     const chunks: Buffer[] = [];
     let size = 0;
-    let refused = false;
-    ex.onData((chunk) => {
-      if (refused) return;
-      size += chunk.length;
-      if (size > limit) {
-        refused = true;
-        // The body is not read further: its size stands for the message's.
-        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), true);
-      }
-      chunks.push(chunk);
+    let done = false;
+    ex.onBodyError((message) => {
+      if (done) return;
+      done = true;
+      this.fail(ex, { code: Status.INVALID_ARGUMENT, details: message }, false);
     });
-    ex.onEnd(() => {
-      if (refused || ex.closed) return;
+    /** The request, once its JSON value is whole (or the body ended). */
+    const take = (final: boolean) => {
       let wire: Buffer;
       try {
         wire = readRequest(type, Buffer.concat(chunks).toString('latin1'), 0)?.wire ?? Buffer.alloc(0);
       } catch (err) {
-        if (err instanceof JsonRequestError) return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
-        throw err;
+        if (!(err instanceof JsonRequestError)) throw err;
+        // A framed body (WebSocket) may complete the value with its next message.
+        if (!final && err.message === 'unexpected EOF') return;
+        done = true;
+        return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
       }
+      if (!final && wire.length === 0 && Buffer.concat(chunks).toString('latin1').trim() === '') return;
+      done = true;
+      ex.discardBody();
       if (wire.length > this.opts.maxMessageBytes) return this.fail(ex, tooLarge(wire.length, this.opts.maxMessageBytes), true);
       const streamed = route.method.responseStream;
       const call = this.newCall(ex, route, this.sink(ex, route, streamed));
@@ -281,6 +301,20 @@ export class JsonGateway {
       } catch (err) {
         call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });
       }
+    };
+    ex.onData((chunk) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > limit) {
+        done = true;
+        // The body is not read further: its size stands for the message's.
+        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), true);
+      }
+      chunks.push(chunk);
+      if (ex.framed) take(false);
+    });
+    ex.onEnd(() => {
+      if (!done && !ex.closed) take(true);
     });
   }
 
@@ -339,6 +373,13 @@ export class JsonGateway {
         halfClose();
       }
     };
+    // A body that breaks: as a request that does not read (the first fails the call, a later
+    // one ends the requests).
+    ex.onBodyError((message) => {
+      if (ended) return;
+      if (!call) return void this.fail(ex, { code: Status.UNKNOWN, details: message }, false);
+      halfClose();
+    });
     ex.onData((chunk) => {
       if (ended) return;
       // Bytes, one char each: a chunk may end inside a character.
@@ -531,6 +572,19 @@ export function gatewayTimeout(value: string | undefined): number | 'invalid' | 
   if (n > 2n ** 63n - 1n || n < -(2n ** 63n)) return 'invalid';
   // 0 is no deadline at all (grpc-gateway sets one only for a timeout other than 0).
   return n === 0n ? undefined : Number(n) * TIMEOUT_UNIT_MS[m[2]!]!;
+}
+
+/**
+ * A request target's path (Go's URL.Path: percent-escapes undone, /v3beta/ rewritten to /v3/)
+ * and query; undefined if the path does not unescape. A target in absolute form
+ * (http://host/path, as proxies send it) names the path after its authority.
+ */
+function requestTarget(raw: string): { path: string; query: string } | undefined {
+  const url = raw.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/, '');
+  const q = url.indexOf('?');
+  const path = unescapePath(q === -1 ? url : url.slice(0, q));
+  if (path === undefined) return undefined;
+  return { path: path.startsWith('/v3beta/') ? `/v3/${path.slice(8)}` : path, query: q === -1 ? '' : url.slice(q + 1) };
 }
 
 function tooLarge(size: number, max: number): StatusLike {
