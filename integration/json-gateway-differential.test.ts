@@ -296,6 +296,14 @@ async function same(t: Ctx, p: Pair, row: Row): Promise<void> {
   assert.deepEqual(vk, ve);
 }
 
+/** kvs stayed up and logged no error (level 50 and above) for anything the rows sent. */
+async function noErrors(t: TestContext, p: Pair): Promise<void> {
+  await t.test('kvs logged no errors', () => {
+    const errors = p.kvsOutput().split('\n').filter((l) => /"level":(5|6)\d/.test(l));
+    assert.deepEqual(errors, []);
+  });
+}
+
 /** Each row its own subtest, in order. */
 async function rows(t: TestContext, p: Pair, list: Row[]): Promise<void> {
   for (const row of list) await t.test(row.name, () => same(t, p, row));
@@ -1479,6 +1487,7 @@ test('the JSON gateway answers as etcd 3.4 does', { timeout: 180_000 }, async (t
     await streams(t, p, COMPACTION_STREAMS);
   });
   await t.test('still up, still the same', (t) => rows(t, p, [{ name: 'range everything', path: '/v3/kv/range', body: { key: b64('\0'), range_end: b64('\0') }, status: 200 }]));
+  await noErrors(t, p);
 });
 
 // ---------------------------------------------------------------- TLS
@@ -1596,6 +1605,7 @@ test('over TLS, with client certificates: HTTP/1.1 and HTTP/2 by ALPN, and a CN 
       { name: 'GET /version is not under /v3/', path: '/version', method: 'GET', norm: typed('etcdserver'), status: 200 },
     ]),
   );
+  await noErrors(t, p);
 });
 
 // ---------------------------------------------------------------- auth
@@ -1751,4 +1761,5 @@ test('with auth: every Auth call, the token in the Authorization header', { time
   await streams(t, p, AUTH_STREAMS);
   for (const row of AUTH_WS_ROWS) await t.test(row.name, () => sameWs(p, row));
   await rows(t, p, AUTH_ROWS.slice(at));
+  await noErrors(t, p);
 });
