@@ -94,16 +94,17 @@ export async function runGateway(cfg: Config): Promise<void> {
   // etcd's JSON gateway on the same port: HTTP/1.x connections, and HTTP/2 requests that are
   // not gRPC, are read as JSON and served by the same handlers (services/gateway/json).
   let json: JsonGateway | undefined;
-  const http1 = http1Server((ex) => json!.handle(ex));
+  const http1 = http1Server({
+    handle: (ex) => json!.handle(ex),
+    acceptsWebSocket: (method, url, cn) => json!.acceptsWebSocket(method, url, cn),
+    maxMessageBytes: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
+  });
   const server = new GrpcServer({
     maxReceiveMessageLength: MAX_REQUEST_BYTES + GRPC_OVERHEAD_BYTES,
     tls,
     log,
     otherHttp: {
-      connection: (socket) => {
-        http1.emit('connection', socket);
-        socket.resume();
-      },
+      connection: (socket) => http1.connection(socket),
       stream: (stream, headers) => json!.handle(new Http2Exchange(stream, headers)),
     },
   });
@@ -135,7 +136,7 @@ export async function runGateway(cfg: Config): Promise<void> {
       watch.shutdown();
       streams.endAll('kvs: gateway is shutting down');
       stopping.abort();
-      http1.closeAllConnections();
+      http1.closeAll();
       await server.shutdown(5000);
       feed.close();
       renewer.close();

@@ -1,5 +1,5 @@
 // The JSON gateway's HTTP/1.x server (exchanges.ts) as the client port feeds it: connections
-// accepted elsewhere and handed over (`emit('connection')`), as services/gateway/main.ts does.
+// accepted elsewhere and handed over (`connection(socket)`), as services/gateway/main.ts does.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
@@ -8,14 +8,11 @@ import type { HttpExchange } from './gateway.js';
 
 /** A loopback port whose connections go to `http1Server(handle, limits)`. */
 async function serve(t: TestContext, handle: (ex: HttpExchange) => void, limits?: { headersMs: number; requestMs: number }): Promise<number> {
-  const http = http1Server(handle, limits);
-  const listener = net.createServer((socket) => {
-    http.emit('connection', socket);
-    socket.resume();
-  });
+  const http = http1Server({ handle, acceptsWebSocket: () => false, maxMessageBytes: 2 * 1024 * 1024 }, limits);
+  const listener = net.createServer((socket) => http.connection(socket));
   await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
   t.after(() => {
-    http.closeAllConnections();
+    http.closeAll();
     listener.close();
   });
   return (listener.address() as net.AddressInfo).port;

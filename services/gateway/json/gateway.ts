@@ -9,7 +9,7 @@
 // (h2-exchange.ts) both come in as an HttpExchange.
 import { Metadata, status as Status } from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
-import { parseTimeout, type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
+import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
 import { GatewayCall, type CallSink } from './call.js';
 import { JsonRequestError, readRequest, typeAsWritten, wireToJson } from './proto-json.js';
 import { routeOf } from './routes.js';
@@ -24,11 +24,20 @@ export interface HttpExchange {
   readonly peer: string;
   /** The verified client certificate's Common Name (mutual TLS), else undefined. */
   readonly commonName: string | undefined;
+  /** The connection is TLS. */
+  readonly secure: boolean;
+  /**
+   * The body comes in whole messages and ends only with the connection (WebSocket): a unary
+   * call's request is its first complete JSON value.
+   */
+  readonly framed?: boolean;
   onData(fn: (chunk: Buffer) => void): void;
   onEnd(fn: () => void): void;
   /** The client went away, or the response ended. */
   onClose(fn: () => void): void;
   onDrain(fn: () => void): void;
+  /** The body could not be read to its end (a bad chunk): `message` is Go's word for why. */
+  onBodyError(fn: (message: string) => void): void;
   /** Stops reading the body (the rest is not wanted); the response can still be written. */
   discardBody(): void;
   respond(status: number, headers: Record<string, string>): void;
@@ -120,33 +129,113 @@ const streamErrorBody = (code: number, message: string) => {
 };
 
 /** Go's http.Error: plain text and a newline. */
-function plainError(ex: HttpExchange, status: number, text: string, extra: Record<string, string> = {}): void {
+function plainError(ex: HttpExchange, status: number, text: string, extra: Record<string, string> = {}, cors = true): void {
   ex.discardBody();
-  ex.respond(status, { ...CORS, ...extra, 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
-  ex.end(`${text}\n`);
+  const body = `${text}\n`;
+  ex.respond(status, { ...(cors ? CORS : {}), ...extra, 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff', 'Content-Length': String(Buffer.byteLength(body)) });
+  ex.end(body);
+}
+
+/** Go's server on a request line it cannot read (here: a path that does not unescape). */
+function badRequest(ex: HttpExchange): void {
+  ex.discardBody();
+  ex.respond(400, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+  ex.end('400 Bad Request');
+}
+
+/** Go's http.Redirect with 301, as its ServeMux sends it. */
+function redirect(ex: HttpExchange, location: string): void {
+  ex.discardBody();
+  const headers: Record<string, string> = { ...CORS, Location: location };
+  let body = '';
+  if (ex.method === 'GET' || ex.method === 'HEAD') headers['Content-Type'] = 'text/html; charset=utf-8';
+  if (ex.method === 'GET') body = `<a href="${htmlEscape(location)}">Moved Permanently</a>.\n\n`;
+  headers['Content-Length'] = String(Buffer.byteLength(body));
+  ex.respond(301, headers);
+  ex.end(body);
+}
+
+const HTML_ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&#34;', "'": '&#39;' };
+const htmlEscape = (s: string) => s.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]!);
+
+/** Go's url.PathUnescape of a request path, as a byte string; undefined if an escape is bad. */
+export function unescapePath(raw: string): string | undefined {
+  if (!raw.includes('%')) return raw;
+  if (/%(?![0-9A-Fa-f]{2})/.test(raw)) return undefined;
+  return raw.replace(/%([0-9A-Fa-f]{2})/g, (_, h: string) => String.fromCharCode(parseInt(h, 16)));
+}
+
+/** Go's cleanPath (net/http): path.Clean, keeping a trailing slash. */
+export function cleanPath(p: string): string {
+  if (p === '') return '/';
+  if (p[0] !== '/') p = `/${p}`;
+  const out: string[] = [];
+  for (const part of p.split('/')) {
+    if (part === '' || part === '.') continue;
+    if (part === '..') out.pop();
+    else out.push(part);
+  }
+  let np = `/${out.join('/')}`;
+  if (p.endsWith('/') && np !== '/') np += '/';
+  return np;
+}
+
+/** Go's URL.EscapedPath of a clean path (a byte string). */
+function escapePath(p: string): string {
+  return p.replace(/[^A-Za-z0-9\-_.~$&+,/:;=@]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`);
 }
 
 export class JsonGateway {
   constructor(private readonly opts: JsonGatewayOptions) {}
 
+  /**
+   * Whether etcd would hand this upgrade request to its WebSocket proxy: a /v3/ path, clean,
+   * past the accessController (not OPTIONS, not a refused CN).
+   */
+  acceptsWebSocket(method: string, url: string, commonName: string | undefined): boolean {
+    const target = requestTarget(url);
+    if (!target || method === 'OPTIONS' || this.refusesCommonName(target.path, commonName)) return false;
+    return target.path.startsWith('/v3/') && cleanPath(target.path) === target.path;
+  }
+
+  private refusesCommonName(path: string, commonName: string | undefined): boolean {
+    return path.startsWith('/v3/') && this.opts.clientCertAuth && !!commonName && this.opts.authEnabled();
+  }
+
   handle(ex: HttpExchange): void {
-    const q = ex.url.indexOf('?');
-    const path = q === -1 ? ex.url : ex.url.slice(0, q);
+    const target = requestTarget(ex.url);
+    // A path that does not unescape is a bad request line, answered before any handler.
+    if (!target) return badRequest(ex);
+    const { path, query } = target;
+    // etcd's accessController: /v3beta/ is rewritten to /v3/ (in requestTarget), a client
+    // certificate's CN is refused with auth on, CORS headers are added, and OPTIONS is
+    // answered; then Go's mux.
+    if (this.refusesCommonName(path, ex.commonName)) {
+      return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected', {}, false);
+    }
     if (ex.method === 'OPTIONS') {
       ex.discardBody();
-      ex.respond(200, CORS);
+      ex.respond(200, { ...CORS, 'Content-Length': '0' });
       return ex.end();
     }
-    if (path === '/version' || path === '/health' || path === '/metrics') return this.probe(ex, path, q === -1 ? '' : ex.url.slice(q + 1));
+    // Go's ServeMux redirects a path that is not clean (// . ..) to the clean one, and /v3 to
+    // the subtree it names, /v3/.
+    const clean = cleanPath(path);
+    const cleaned = clean === '/v3' ? '/v3/' : clean !== path ? clean : undefined;
+    if (cleaned !== undefined) return redirect(ex, escapePath(cleaned) + (query ? `?${query}` : ''));
+    if (path === '/metrics') return this.metrics(ex);
+    if (path === '/version' || path === '/health') return this.probe(ex, path, query);
     const grpcPath = routeOf(path);
     if (!grpcPath) {
       // grpc-gateway's mux answers under /v3/, Go's default mux elsewhere.
-      return plainError(ex, 404, path.startsWith('/v3/') || path.startsWith('/v3beta/') ? 'Not Found' : '404 page not found');
-    }
-    if (this.opts.clientCertAuth && ex.commonName && this.opts.authEnabled()) {
-      return plainError(ex, 400, 'CommonName of client sending a request against gateway will be ignored and not used as expected');
+      return plainError(ex, 404, path.startsWith('/v3/') ? 'Not Found' : '404 page not found');
     }
     if (ex.method !== 'POST') return plainError(ex, 405, 'Method Not Allowed');
+    // grpc-gateway reads Grpc-Timeout before the body (runtime.AnnotateContext).
+    const timeout = gatewayTimeout(ex.header('grpc-timeout'));
+    if (timeout === 'invalid') return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: `invalid grpc-timeout: ${ex.header('grpc-timeout')}` }, false);
+    // A deadline already past: etcd's gateway's gRPC client gives up before it sends anything.
+    if (timeout !== undefined && timeout <= 0) return this.fail(ex, { code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' }, false);
     const route = this.opts.server.route(grpcPath);
     if (!route) return this.fail(ex, { code: Status.UNIMPLEMENTED, details: `kvs: ${grpcPath} is not served` }, false);
     if (route.method.requestStream) this.stream(ex, route);
@@ -166,44 +255,66 @@ export class JsonGateway {
 
   private newCall(ex: HttpExchange, route: Route, sink: CallSink): GatewayCall {
     const call = new GatewayCall(sink, route.method, this.metadataOf(ex), ex.peer);
-    const timeout = parseTimeout(ex.header('grpc-timeout'));
-    if (timeout !== undefined && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
+    const timeout = gatewayTimeout(ex.header('grpc-timeout'));
+    if (typeof timeout === 'number' && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
     ex.onClose(() => call.closedByClient());
     return call;
   }
 
+  /**
+   * A call with one request: unary, or server-streaming (Snapshot, Observe). The body is read
+   * whole, as etcd's gateway reads it (one JSON value; what follows it is ignored).
+   */
   private unary(ex: HttpExchange, route: Route): void {
     const type = requestType(route);
     const limit = this.opts.maxMessageBytes * BODY_FACTOR;
     const chunks: Buffer[] = [];
     let size = 0;
-    let refused = false;
-    ex.onData((chunk) => {
-      if (refused) return;
-      size += chunk.length;
-      if (size > limit) {
-        refused = true;
-        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), false);
-      }
-      chunks.push(chunk);
+    let done = false;
+    ex.onBodyError((message) => {
+      if (done) return;
+      done = true;
+      this.fail(ex, { code: Status.INVALID_ARGUMENT, details: message }, false);
     });
-    ex.onEnd(() => {
-      if (refused || ex.closed) return;
+    /** The request, once its JSON value is whole (or the body ended). */
+    const take = (final: boolean) => {
       let wire: Buffer;
       try {
-        wire = readRequest(type, Buffer.concat(chunks).toString('utf8'), 0)?.wire ?? Buffer.alloc(0);
+        wire = readRequest(type, Buffer.concat(chunks).toString('latin1'), 0)?.wire ?? Buffer.alloc(0);
       } catch (err) {
-        if (err instanceof JsonRequestError) return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
-        throw err;
+        if (!(err instanceof JsonRequestError)) throw err;
+        // A framed body (WebSocket) may complete the value with its next message.
+        if (!final && err.message === 'unexpected EOF') return;
+        done = true;
+        return this.fail(ex, { code: Status.INVALID_ARGUMENT, details: err.message }, false);
       }
+      if (!final && wire.length === 0 && Buffer.concat(chunks).toString('latin1').trim() === '') return;
+      done = true;
+      ex.discardBody();
       if (wire.length > this.opts.maxMessageBytes) return this.fail(ex, tooLarge(wire.length, this.opts.maxMessageBytes), true);
-      const call = this.newCall(ex, route, this.sink(ex, route, route.method.responseStream));
+      const streamed = route.method.responseStream;
+      const call = this.newCall(ex, route, this.sink(ex, route, streamed));
+      if (streamed) ex.onDrain(() => call.emit('drain'));
       try {
         call.request = route.method.requestDeserialize(wire);
         route.handler(call as never, call.respond);
       } catch (err) {
         call.fail({ code: Status.UNKNOWN, details: `kvs: ${(err as Error)?.message ?? String(err)}` });
       }
+    };
+    ex.onData((chunk) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > limit) {
+        done = true;
+        // The body is not read further: its size stands for the message's.
+        return this.fail(ex, tooLarge(size, this.opts.maxMessageBytes), true);
+      }
+      chunks.push(chunk);
+      if (ex.framed) take(false);
+    });
+    ex.onEnd(() => {
+      if (!done && !ex.closed) take(true);
     });
   }
 
@@ -262,9 +373,17 @@ export class JsonGateway {
         halfClose();
       }
     };
+    // A body that breaks: as a request that does not read (the first fails the call, a later
+    // one ends the requests).
+    ex.onBodyError((message) => {
+      if (ended) return;
+      if (!call) return void this.fail(ex, { code: Status.UNKNOWN, details: message }, false);
+      halfClose();
+    });
     ex.onData((chunk) => {
       if (ended) return;
-      text += chunk.toString('utf8');
+      // Bytes, one char each: a chunk may end inside a character.
+      text += chunk.toString('latin1');
       if (text.length > limit) {
         if (!call) return void this.fail(ex, tooLarge(text.length, this.opts.maxMessageBytes), false);
         return halfClose();
@@ -287,7 +406,7 @@ export class JsonGateway {
     return call;
   }
 
-  /** Writes a call's answers as JSON. */
+  /** Writes a call's answers as JSON: one object, or `{"result": ...}` lines for a stream. */
   private sink(ex: HttpExchange, route: Route, streamed: boolean): CallSink {
     const type = responseType(route);
     let started = false;
@@ -304,8 +423,10 @@ export class JsonGateway {
         return ex.needDrain;
       },
       unary: (wire) => {
-        start();
-        ex.end(wireToJson(type, wire));
+        const body = wireToJson(type, wire);
+        started = true;
+        ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD, 'Content-Length': String(Buffer.byteLength(body)) });
+        ex.end(body);
       },
       message: (wire) => {
         start();
@@ -317,7 +438,8 @@ export class JsonGateway {
           return ex.end();
         }
         if (!streamed) return this.fail(ex, s, true);
-        // grpc-gateway's stream error: the status only if nothing was written yet.
+        // grpc-gateway's stream error: an error object, with the status only if nothing was
+        // written yet.
         if (!started) {
           started = true;
           ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
@@ -328,46 +450,54 @@ export class JsonGateway {
   }
 
   /**
-   * An error answer. `fromService`: the call reached the service (etcd's gateway then names
-   * the gRPC trailer it would forward; a request that did not read has none).
+   * An error answer. `fromService`: the call reached the service. etcd's gateway then forwards
+   * the gRPC trailer its client got: over plaintext, grpc-go answers an error with trailers
+   * alone, content-type among them (`Grpc-Trailer-Content-Type`); over TLS, etcd's gRPC
+   * server is Go's HTTP/2 server's handler, which sends the content-type as a header, so no
+   * trailer is forwarded. A request that did not read has none either.
    */
   private fail(ex: HttpExchange, s: StatusLike, fromService: boolean): void {
     const code = s.code ?? Status.UNKNOWN;
     ex.discardBody();
     const body = errorBody(code, s.details ?? s.message ?? '');
-    if (fromService) {
+    if (fromService && !ex.secure) {
       ex.respond(httpStatusOf(code), { ...JSON_HEADERS, Trailer: 'Grpc-Trailer-Content-Type' });
       ex.end(body, { 'Grpc-Trailer-Content-Type': 'application/grpc' });
     } else {
-      ex.respond(httpStatusOf(code), JSON_HEADERS);
+      ex.respond(httpStatusOf(code), { ...JSON_HEADERS, 'Content-Length': String(Buffer.byteLength(body)) });
       ex.end(body);
     }
   }
 
   // ---------------------------------------------------------------- /version, /health, /metrics
 
+  /** /version and /health: GET only, as etcd's handlers check. */
   private probe(ex: HttpExchange, path: string, query: string): void {
     ex.discardBody();
     if (ex.method !== 'GET') return plainError(ex, 405, 'Method Not Allowed', { Allow: 'GET' });
     if (path === '/version') {
-      ex.respond(200, JSON_HEADERS);
-      return ex.end(JSON.stringify(this.opts.version));
-    }
-    if (path === '/metrics') {
-      this.opts.metrics().then(
-        (text) => {
-          ex.respond(200, { ...CORS, 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8' });
-          ex.end(text);
-        },
-        (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
-      );
-      return;
+      const body = JSON.stringify(this.opts.version);
+      ex.respond(200, { ...JSON_HEADERS, 'Content-Length': String(body.length) });
+      return ex.end(body);
     }
     const excluded = new URLSearchParams(query).getAll('exclude');
     this.health(excluded).then((healthy) => {
-      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' });
-      ex.end(JSON.stringify({ health: healthy ? 'true' : 'false' }));
+      const body = JSON.stringify({ health: healthy ? 'true' : 'false' });
+      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': String(body.length) });
+      ex.end(body);
     });
+  }
+
+  /** /metrics: any method, as Prometheus's handler serves it. */
+  private metrics(ex: HttpExchange): void {
+    ex.discardBody();
+    this.opts.metrics().then(
+      (text) => {
+        ex.respond(200, { ...CORS, 'Content-Type': 'text/plain; version=0.0.4; charset=utf-8', 'Content-Length': String(Buffer.byteLength(text)) });
+        ex.end(text);
+      },
+      (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
+    );
   }
 
   /**
@@ -425,6 +555,36 @@ export class JsonGateway {
       }
     });
   }
+}
+
+const TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
+
+/**
+ * grpc-gateway's timeoutDecode of Grpc-Timeout: an integer (strconv.ParseInt: a sign allowed,
+ * 64 bits) and a unit, in ms; 'invalid' for anything else; undefined without the header or
+ * for 0.
+ */
+export function gatewayTimeout(value: string | undefined): number | 'invalid' | undefined {
+  if (value === undefined || value === '') return undefined;
+  const m = /^([+-]?\d+)([HMSmun])$/.exec(value);
+  if (!m) return 'invalid';
+  const n = BigInt(m[1]!);
+  if (n > 2n ** 63n - 1n || n < -(2n ** 63n)) return 'invalid';
+  // 0 is no deadline at all (grpc-gateway sets one only for a timeout other than 0).
+  return n === 0n ? undefined : Number(n) * TIMEOUT_UNIT_MS[m[2]!]!;
+}
+
+/**
+ * A request target's path (Go's URL.Path: percent-escapes undone, /v3beta/ rewritten to /v3/)
+ * and query; undefined if the path does not unescape. A target in absolute form
+ * (http://host/path, as proxies send it) names the path after its authority.
+ */
+function requestTarget(raw: string): { path: string; query: string } | undefined {
+  const url = raw.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/, '');
+  const q = url.indexOf('?');
+  const path = unescapePath(q === -1 ? url : url.slice(0, q));
+  if (path === undefined) return undefined;
+  return { path: path.startsWith('/v3beta/') ? `/v3/${path.slice(8)}` : path, query: q === -1 ? '' : url.slice(q + 1) };
 }
 
 function tooLarge(size: number, max: number): StatusLike {

@@ -1,54 +1,128 @@
-// The JSON scanner at the nesting Go allows. Found by the port fuzzer's HTTP target
-// (docs/reliability.md, Port fuzzing): a body nested some 4,000 levels deep overflowed the
-// recursive scanner's stack, the RangeError escaped the request's 'end' handler, and the
-// gateway exited.
-import { test } from 'node:test';
+// The JSON scanner's values and Go's words for each kind of syntax error; the expected messages
+// are what etcd 3.4.23's gateway answered for the same bytes (integration/json-gateway-differential).
 import assert from 'node:assert/strict';
-import { decodeNext, JsonSyntaxError, unmarshal, type JsonValue } from './json-text.js';
+import { test } from 'node:test';
+import { decodeNext, goQuote, goUtf8, JsonSyntaxError, unmarshal } from './json-text.js';
 
-/** How deep the first elements of `v` go. */
-function depthOf(v: JsonValue): number {
-  let n = 0;
-  for (let x: JsonValue | undefined = v; x && (x.t === 'array' || x.t === 'object'); n++) x = x.t === 'array' ? x.v[0] : x.v.get('a');
-  return n;
-}
+/** The body as the gateway reads it: bytes, one char each. */
+const bytes = (s: string, enc: BufferEncoding = 'utf8') => Buffer.from(s, enc).toString('latin1');
 
-test("nesting to Go's maxNestingDepth (10,000) reads; one level more is refused with Go's words", () => {
-  for (const [open, close, inner] of [['[', ']', ''], ['{"a":', '}', '1']] as const) {
-    const nested = (d: number) => open.repeat(d) + inner + close.repeat(d);
-    assert.equal(depthOf(decodeNext(nested(10_000))!.value), 10_000);
-    assert.equal(depthOf(unmarshal(nested(10_000))), 10_000);
-    const c = open[0];
-    for (const text of [nested(10_001), nested(200_000), open.repeat(200_000)]) {
-      assert.throws(() => decodeNext(text), (e: Error) => e instanceof JsonSyntaxError && e.message === `invalid character '${c}' exceeded max depth`);
-      assert.throws(() => unmarshal(text), (e: Error) => e instanceof JsonSyntaxError && e.message === `invalid character '${c}' exceeded max depth`);
-    }
+/** The words of the syntax error `fn` throws ('no error' if none). */
+function errorOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof JsonSyntaxError, String(err));
+    return err.message;
   }
-  // A body cut short that deep is still the end of the input.
-  assert.throws(() => decodeNext('['.repeat(10_000)), { message: 'unexpected EOF' });
+  return 'no error';
+}
+const decodeError = (text: string) => errorOf(() => decodeNext(text));
+
+test('syntax errors are worded as Go’s decoder words them', () => {
+  const cases: [string, string][] = [
+    ['{"a":1 x', "invalid character 'x' after object key:value pair"],
+    ['[1 x]', "invalid character 'x' after array element"],
+    ['{1:1}', "invalid character '1' looking for beginning of object key string"],
+    ['{"a" 1}', "invalid character '1' after object key"],
+    ['{"a":"\\x"}', "invalid character 'x' in string escape code"],
+    ['{"a":"\\u12x4"}', "invalid character 'x' in \\u hexadecimal character escape"],
+    ['tx', "invalid character 'x' in literal true (expecting 'r')"],
+    ['nux', "invalid character 'x' in literal null (expecting 'l')"],
+    ['-x', "invalid character 'x' in numeric literal"],
+    ['1.x', "invalid character 'x' after decimal point in numeric literal"],
+    ['1ex', "invalid character 'x' in exponent of numeric literal"],
+    ['{"a":"a\tb"}', "invalid character '\\t' in string literal"],
+    ['{"a":"a\x01b"}', "invalid character '\\x01' in string literal"],
+    ['}', "invalid character '}' looking for beginning of value"],
+    [']', "invalid character ']' looking for beginning of value"],
+    ["'", "invalid character '\\'' looking for beginning of value"],
+    ['\\', "invalid character '\\\\' looking for beginning of value"],
+    // A cut-short value: the Decoder's io.ErrUnexpectedEOF.
+    ['{', 'unexpected EOF'],
+    ['nul', 'unexpected EOF'],
+    ['1e+', 'unexpected EOF'],
+    ['"', 'unexpected EOF'],
+    ['{"a": [1, {"b": "', 'unexpected EOF'],
+  ];
+  for (const [text, message] of cases) assert.equal(decodeError(bytes(text)), message, text);
 });
 
-test('values read as before: members, repeated keys, where the next value starts, and the errors', () => {
-  const text = ' {"a": [1, {"b": null}, []], "a": {"c": "x"}, "d": true} {"next": 1}';
-  const v = decodeNext(text);
-  assert.ok(v);
-  assert.equal(v.end, text.indexOf(' {"next"'));
-  assert.deepEqual(decodeNext(text, v.end)?.value, { t: 'object', v: new Map([['next', { t: 'number', raw: '1' }]]) });
-  assert.deepEqual(v.value, { t: 'object', v: new Map<string, JsonValue>([['a', { t: 'object', v: new Map([['c', { t: 'string', v: 'x', raw: 'x' }]]) }], ['d', { t: 'bool', v: true }]]) });
-  assert.equal(decodeNext('   '), undefined);
-  for (const [text, message] of [
-    ['[1,]', "invalid character ']' looking for beginning of value"],
-    ['[1 2]', "invalid character '2' after array element"],
-    ['{"a" 1}', "invalid character '1' after object key"],
-    ['{"a":1,}', "invalid character '}' looking for beginning of object key string"],
-    ['{"a":1 "b":2}', `invalid character '"' after object key:value pair`],
-    ['{1:2}', "invalid character '1' looking for beginning of object key string"],
-    ['{"a":}', "invalid character '}' looking for beginning of value"],
-    ['[tru]', "invalid character ']' in literal true (expecting 'e')"],
-    ['{"a":[1,2', 'unexpected EOF'],
-  ] as const) {
-    assert.throws(() => decodeNext(text), { message }, text);
-  }
-  assert.throws(() => unmarshal('{"a":[1,2'), { message: 'unexpected end of JSON input' });
-  assert.throws(() => unmarshal('[] x'), { message: "invalid character 'x' after top-level value" });
+test('a byte the scanner meets is named as the rune of its value, as Go’s quoteChar does', () => {
+  const cases: [string, string][] = [
+    ['\x00', "'\\x00'"],
+    ['\x1b', "'\\x1b'"],
+    ['\x7f', "'\\x7f'"],
+    ['\x80', "'\\u0080'"],
+    ['\xa0', "'\\u00a0'"],
+    ['\xad', "'\\u00ad'"],
+    ['\xe9', "'é'"],
+    // UTF-8 é is two bytes: the first, 0xC3, is what Go names.
+    [bytes('é'), "'Ã'"],
+    [bytes('\uFEFF{}'), "'ï'"],
+  ];
+  for (const [text, named] of cases) assert.equal(decodeError(text), `invalid character ${named} looking for beginning of value`, JSON.stringify(text));
+});
+
+test('Unmarshal (a quoted int64’s inside) has its own words for the end and for what follows', () => {
+  const err = (text: string) => errorOf(() => unmarshal(text));
+  assert.equal(err(''), 'unexpected end of JSON input');
+  assert.equal(err('1 2'), "invalid character '2' after top-level value");
+  assert.equal(err('1\\u0030'), "invalid character '\\\\' after top-level value");
+  assert.deepEqual(unmarshal(' 1 '), { t: 'number', raw: '1' });
+});
+
+test('decodeNext reads one value and leaves the rest; whitespace alone is the end', () => {
+  const text = '{"a": 1} [true, null]\n"x"  ';
+  const first = decodeNext(text)!;
+  assert.equal(first.value.t, 'object');
+  const second = decodeNext(text, first.end)!;
+  assert.deepEqual(second.value, { t: 'array', v: [{ t: 'bool', v: true }, { t: 'null' }] });
+  const third = decodeNext(text, second.end)!;
+  assert.deepEqual(third.value, { t: 'string', v: 'x', raw: 'x' });
+  assert.equal(decodeNext(text, third.end), undefined);
+  assert.equal(decodeNext(' \t\r\n'), undefined);
+});
+
+test('numbers keep their text (no 64-bit id loses a digit)', () => {
+  assert.deepEqual(decodeNext('9223372036854775807')!.value, { t: 'number', raw: '9223372036854775807' });
+  assert.deepEqual(decodeNext('-0.5e-7')!.value, { t: 'number', raw: '-0.5e-7' });
+});
+
+test('strings decode as Go’s unquote: UTF-8, each invalid byte U+FFFD, surrogate pairs joined', () => {
+  const str = (text: string) => (decodeNext(text)!.value as { v: string }).v;
+  assert.equal(str(bytes('"ü€😀"')), 'ü€😀');
+  // A 3-byte sequence cut after 2 bytes: Go replaces each byte (node's decoder, the pair once).
+  assert.equal(str(`"\xe2\x82A"`), '\ufffd\ufffdA');
+  assert.equal(str('"\xff"'), '\ufffd');
+  // UTF-8-encoded surrogates are invalid.
+  assert.equal(str('"\xed\xa0\x80"'), '\ufffd\ufffd\ufffd');
+  assert.equal(str('"\\ud83d\\ude00"'), '😀');
+  assert.equal(str('"\\ud83dx"'), '\ufffdx');
+  assert.equal(str('"\\ude00\\ud83d"'), '\ufffd\ufffd');
+  assert.equal(str('"\\ud83d\\u0041"'), '\ufffdA');
+  assert.equal(str('"a\\"b\\\\c\\/d\\b\\f\\n\\r\\t"'), 'a"b\\c/d\b\f\n\r\t');
+  // The raw text between the quotes, escapes kept (jsonpb reads enum names so).
+  assert.equal((decodeNext('"A\\u0042"')!.value as { raw: string }).raw, 'A\\u0042');
+  // A key's escapes are undone: "k\u0065y" is "key".
+  const obj = decodeNext('{"k\\u0065y": 1}')!.value as { v: Map<string, unknown> };
+  assert.deepEqual([...obj.v.keys()], ['key']);
+});
+
+test('a body cut inside a character reads the same once whole (a stream’s chunks)', () => {
+  const whole = bytes('{"name": "ü"}');
+  const cut = whole.length - 3; // between the two bytes of ü
+  assert.throws(() => decodeNext(whole.slice(0, cut)), /unexpected EOF/);
+  assert.equal(((decodeNext(whole.slice(0, cut) + whole.slice(cut))!.value as { v: Map<string, { v: string }> }).v.get('name')!).v, 'ü');
+});
+
+test('goQuote is strconv.Quote of bytes; goUtf8 decodes bytes as Go does', () => {
+  assert.equal(goQuote('\xff'), '"\\xff"');
+  assert.equal(goQuote(bytes('é\\n')), '"é\\\\n"');
+  assert.equal(goQuote('a\\"b'), '"a\\\\\\"b"');
+  assert.equal(goQuote(bytes('\u00e9\u0301')), '"é́"');
+  assert.equal(goQuote('\x01\t'), '"\\x01\\t"');
+  assert.equal(goQuote(bytes('\u2028')), '"\\u2028"');
+  assert.equal(goUtf8('plain'), 'plain');
+  assert.equal(goUtf8(bytes('ünï')), 'ünï');
 });

@@ -2,6 +2,12 @@
 // (a client that sends bad JSON reads the same words from kvs as from etcd), and numbers kept
 // as their source text, so a 64-bit lease id sent as a bare number loses no digits.
 //
+// The scanner reads bytes, as Go's does: its input is a "byte string" (Buffer.toString('latin1'),
+// one char per byte), so a body cut anywhere (a stream's chunks) reads the same, an error names
+// the byte it met as Go names it, and base64 offsets count bytes. Strings come out as Go's
+// unquote makes them: UTF-8 decoded with each invalid byte a U+FFFD, \u escapes with surrogate
+// pairs joined and lone surrogates replaced.
+//
 // Two entry points, as Go has: `decodeNext` is json.Decoder.Decode (one value from a stream,
 // whatever follows is left for the next call; a body of whitespace alone is the end), and
 // `unmarshal` is json.Unmarshal (the whole text is one value).
@@ -9,7 +15,10 @@
 export type JsonValue =
   | { t: 'object'; v: Map<string, JsonValue> }
   | { t: 'array'; v: JsonValue[] }
-  /** `raw`: the text between the quotes, escapes undone by nobody (jsonpb strips quotes so). */
+  /**
+   * `v`: the string's value; `raw`: the bytes between the quotes (a byte string), escapes undone
+   * by nobody (jsonpb strips the quotes so).
+   */
   | { t: 'string'; v: string; raw: string }
   | { t: 'number'; raw: string }
   | { t: 'bool'; v: boolean }
@@ -24,12 +33,76 @@ const MAX_NESTING_DEPTH = 10_000;
 /** The body ended inside a value (Go: io.ErrUnexpectedEOF from a Decoder). */
 class Truncated extends Error {}
 
-/** Go's quoteChar: how a scanner error names the character it met. */
+/** Go's quoteChar: how a scanner error names the byte it met (as the rune of that value). */
 function quoteChar(c: string): string {
   if (c === "'") return `'\\''`;
   if (c === '"') return `'"'`;
-  const q = JSON.stringify(c);
-  return `'${q.slice(1, -1)}'`;
+  return `'${goQuoteRune(c.charCodeAt(0))}'`;
+}
+
+const SHORT_ESCAPES: Record<number, string> = { 7: '\\a', 8: '\\b', 12: '\\f', 10: '\\n', 13: '\\r', 9: '\\t', 11: '\\v', 0x5c: '\\\\' };
+
+/** strconv.Quote's body for one rune of U+0000..U+00FF (what a byte becomes in Go's messages). */
+function goQuoteRune(r: number): string {
+  if (SHORT_ESCAPES[r]) return SHORT_ESCAPES[r];
+  if (r < 0x20 || r === 0x7f) return `\\x${r.toString(16).padStart(2, '0')}`;
+  // strconv.IsPrint: of Latin-1, C1 controls, NBSP and the soft hyphen are not printable.
+  if ((r >= 0x80 && r <= 0xa0) || r === 0xad) return `\\u${r.toString(16).padStart(4, '0')}`;
+  return String.fromCharCode(r);
+}
+
+/**
+ * Go's strconv.Quote of a byte string (what `%q` prints): valid printable UTF-8 as it is,
+ * other runes escaped, and each byte of invalid UTF-8 as \\xNN.
+ */
+export function goQuote(bytes: string): string {
+  let out = '"';
+  for (let i = 0; i < bytes.length; ) {
+    const [r, size] = decodeRune(bytes, i);
+    if (r < 0) out += `\\x${bytes.charCodeAt(i).toString(16).padStart(2, '0')}`;
+    else if (r === 0x22 || r === 0x5c) out += `\\${String.fromCharCode(r)}`;
+    else if (r < 0x100) out += goQuoteRune(r);
+    else if (/^[\p{L}\p{M}\p{N}\p{P}\p{S}]$/u.test(String.fromCodePoint(r))) out += String.fromCodePoint(r);
+    else if (r < 0x10000) out += `\\u${r.toString(16).padStart(4, '0')}`;
+    else out += `\\U${r.toString(16).padStart(8, '0')}`;
+    i += size;
+  }
+  return `${out}"`;
+}
+
+/** UTF-8 bytes (a byte string) as Go decodes them: each byte of an invalid sequence is U+FFFD. */
+export function goUtf8(bytes: string): string {
+  // ASCII only (the common case): nothing to decode.
+  if (!/[\x80-\xff]/.test(bytes)) return bytes;
+  let out = '';
+  for (let i = 0; i < bytes.length; ) {
+    const [r, size] = decodeRune(bytes, i);
+    out += r < 0 ? '\ufffd' : String.fromCodePoint(r);
+    i += size;
+  }
+  return out;
+}
+
+/** Go's utf8.DecodeRune at `i` of a byte string: the rune and its length, or [-1, 1]. */
+function decodeRune(bytes: string, i: number): [number, number] {
+  const at = (k: number) => (k < bytes.length ? bytes.charCodeAt(k) : -1);
+  const cont = (b: number, lo = 0x80, hi = 0xbf) => b >= lo && b <= hi;
+  const b0 = at(i);
+  if (b0 < 0x80) return [b0, 1];
+  const b1 = at(i + 1);
+  if (b0 >= 0xc2 && b0 <= 0xdf) return cont(b1) ? [((b0 & 0x1f) << 6) | (b1 & 0x3f), 2] : [-1, 1];
+  const b2 = at(i + 2);
+  if (b0 >= 0xe0 && b0 <= 0xef) {
+    // No overlong forms, no surrogates.
+    const ok = cont(b1, b0 === 0xe0 ? 0xa0 : 0x80, b0 === 0xed ? 0x9f : 0xbf) && cont(b2);
+    return ok ? [((b0 & 0x0f) << 12) | ((b1 & 0x3f) << 6) | (b2 & 0x3f), 3] : [-1, 1];
+  }
+  const b3 = at(i + 3);
+  if (b0 >= 0xf0 && b0 <= 0xf4) {
+    const ok = cont(b1, b0 === 0xf0 ? 0x90 : 0x80, b0 === 0xf4 ? 0x8f : 0xbf) && cont(b2) && cont(b3);
+    return ok ? [((b0 & 0x07) << 18) | ((b1 & 0x3f) << 12) | ((b2 & 0x3f) << 6) | (b3 & 0x3f), 4] : [-1, 1];
+  }
+  return [-1, 1];
 }
 
 const isSpace = (c: string) => c === ' ' || c === '\t' || c === '\n' || c === '\r';
@@ -159,7 +232,7 @@ class Scanner {
     for (;;) {
       const c = this.peek();
       if (c === '"') {
-        out += this.text.slice(plainFrom, this.pos);
+        out += goUtf8(this.text.slice(plainFrom, this.pos));
         const raw = this.text.slice(start, this.pos);
         this.pos++;
         return { t: 'string', v: out, raw };
@@ -169,7 +242,7 @@ class Scanner {
         this.pos++;
         continue;
       }
-      out += this.text.slice(plainFrom, this.pos);
+      out += goUtf8(this.text.slice(plainFrom, this.pos));
       this.pos++;
       const e = this.peek();
       this.pos++;
@@ -195,15 +268,24 @@ class Scanner {
           out += '\t';
           break;
         case 'u': {
-          let code = 0;
-          for (let i = 0; i < 4; i++) {
-            const h = this.peek();
-            const d = parseInt(h, 16);
-            if (!/[0-9a-fA-F]/.test(h)) this.fail(h, 'in \\u hexadecimal character escape');
-            code = code * 16 + d;
-            this.pos++;
+          const code = this.hex4();
+          if (code < 0xd800 || code >= 0xe000) {
+            out += String.fromCharCode(code);
+            break;
           }
-          out += String.fromCharCode(code);
+          // Go's unquote: a high surrogate and an escaped low one make a pair; any other
+          // surrogate is U+FFFD (and what follows it is read on its own).
+          if (code < 0xdc00 && this.text.startsWith('\\u', this.pos)) {
+            const save = this.pos;
+            this.pos += 2;
+            const low = this.hex4();
+            if (low >= 0xdc00 && low < 0xe000) {
+              out += String.fromCharCode(code, low);
+              break;
+            }
+            this.pos = save;
+          }
+          out += '\ufffd';
           break;
         }
         default:
@@ -211,6 +293,18 @@ class Scanner {
       }
       plainFrom = this.pos;
     }
+  }
+
+  /** Four hex digits of a \u escape. */
+  private hex4(): number {
+    let code = 0;
+    for (let i = 0; i < 4; i++) {
+      const h = this.peek();
+      if (!/[0-9a-fA-F]/.test(h)) this.fail(h, 'in \\u hexadecimal character escape');
+      code = code * 16 + parseInt(h, 16);
+      this.pos++;
+    }
+    return code;
   }
 
   private number(): JsonValue {

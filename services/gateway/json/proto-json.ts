@@ -10,7 +10,7 @@
 // services see exactly what they see from gRPC, and no second set of names is kept in sync.
 import protobuf from 'protobufjs';
 import { rootAsWritten } from '../../../shared/proto/index.js';
-import { decodeNext, unmarshal, kindName, JsonSyntaxError, type JsonValue } from './json-text.js';
+import { decodeNext, goQuote, unmarshal, kindName, JsonSyntaxError, type JsonValue } from './json-text.js';
 
 /** A request that does not read as its message; `message` is what jsonpb would have said. */
 export class JsonRequestError extends Error {}
@@ -49,33 +49,60 @@ function parseInteger(raw: string, type: string): bigint | undefined {
   return n < lo || n > hi ? undefined : n;
 }
 
-/** Go's base64.StdEncoding.Decode, with its error's byte offset. */
-export function decodeBase64(s: string): Uint8Array {
-  const text = s.replace(/[\r\n]/g, ''); // Go's decoder skips newlines
-  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) {
-    // Go reports the first byte it cannot use: an invalid character, or a quantum cut short.
-    const bad = /[^A-Za-z0-9+/=]/.exec(text);
-    const eq = text.indexOf('=');
-    let at: number;
-    if (bad && (eq === -1 || bad.index < eq)) at = bad.index;
-    else if (eq !== -1) at = badPadding(text, eq);
-    else at = text.length - (text.length % 4);
-    throw new JsonRequestError(`illegal base64 data at input byte ${at}`);
-  }
-  const eq = text.indexOf('=');
-  if (eq !== -1 && (eq % 4 < 2 || (eq % 4 === 2 && text[eq + 1] !== '='))) throw new JsonRequestError(`illegal base64 data at input byte ${badPadding(text, eq)}`);
-  return Buffer.from(text, 'base64');
-}
+const B64 = new Int16Array(256).fill(-1);
+for (const [i, c] of [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'].entries()) B64[c.charCodeAt(0)] = i;
+const EQ = 0x3d;
+const isNewline = (b: number | undefined) => b === 0x0a || b === 0x0d;
 
-/** Where Go's decoder stops at padding that is not where a quantum may end. */
-function badPadding(text: string, eq: number): number {
-  const inQuantum = eq % 4;
-  if (inQuantum < 2) return eq;
-  if (inQuantum === 2) {
-    if (text[eq + 1] !== '=') return eq + 1 >= text.length ? eq : eq + 1;
-    return eq + 2 < text.length ? eq + 2 : eq;
+/**
+ * Go's base64.StdEncoding.Decode of a string's UTF-8 bytes (encoding/json's []byte), with its
+ * error: "illegal base64 data at input byte N", N a byte offset as Go's decodeQuantum gives it
+ * (newlines are skipped, and counted).
+ */
+export function decodeBase64(s: string): Uint8Array {
+  const src = Buffer.from(s, 'utf8');
+  const out: number[] = [];
+  const corrupt = (at: number) => new JsonRequestError(`illegal base64 data at input byte ${at}`);
+  let si = 0;
+  while (si < src.length) {
+    const q = [0, 0, 0, 0];
+    let dlen = 4;
+    let trailing = -1;
+    for (let j = 0; j < 4; j++) {
+      if (si === src.length) {
+        if (j === 0) return Uint8Array.from(out);
+        // StdEncoding pads: a quantum cut short is corrupt where it began (newlines aside).
+        throw corrupt(si - j);
+      }
+      const c = src[si++]!;
+      if (B64[c]! >= 0) {
+        q[j] = B64[c]!;
+        continue;
+      }
+      if (isNewline(c)) {
+        j--;
+        continue;
+      }
+      if (c !== EQ || j < 2) throw corrupt(si - 1);
+      if (j === 2) {
+        // "==" is expected, the first "=" is already consumed.
+        while (si < src.length && isNewline(src[si])) si++;
+        if (si === src.length) throw corrupt(src.length);
+        if (src[si] !== EQ) throw corrupt(si - 1);
+        si++;
+      }
+      while (si < src.length && isNewline(src[si])) si++;
+      if (si < src.length) trailing = si;
+      dlen = j;
+      break;
+    }
+    const val = (q[0]! << 18) | (q[1]! << 12) | (q[2]! << 6) | q[3]!;
+    const bytes = [(val >> 16) & 0xff, (val >> 8) & 0xff, val & 0xff];
+    out.push(...bytes.slice(0, dlen - 1));
+    if (trailing !== -1) throw corrupt(trailing);
+    if (dlen < 4) break;
   }
-  return eq + 1 < text.length ? eq + 1 : eq;
+  return Uint8Array.from(out);
 }
 
 /** The value of one scalar field from its JSON value (jsonpb's unmarshalValue). */
@@ -84,9 +111,10 @@ function scalar(field: protobuf.Field, v: JsonValue): unknown {
   if (field.resolvedType instanceof protobuf.Enum) {
     const e = field.resolvedType;
     if (v.t === 'string') {
-      // jsonpb drops the quotes without unescaping: enum names need no escapes.
-      const n = e.values[v.raw];
-      if (n === undefined) throw new JsonRequestError(`unknown value ${JSON.stringify(v.raw)} for enum ${goName(e)}`);
+      // jsonpb drops the quotes without unescaping: enum names need no escapes. (protobufjs's
+      // `values` inherits the names by number: only its own keys are names.)
+      const n = Object.hasOwn(e.values, v.raw) ? e.values[v.raw] : undefined;
+      if (n === undefined) throw new JsonRequestError(`unknown value ${goQuote(v.raw)} for enum ${goName(e)}`);
       return n;
     }
     if (v.t !== 'number') throw cannot(v, goName(e));
@@ -132,6 +160,7 @@ function scalar(field: protobuf.Field, v: JsonValue): unknown {
 function bytesFromArray(v: { t: 'array'; v: JsonValue[] }): Uint8Array {
   return Uint8Array.from(
     v.v.map((e) => {
+      if (e.t === 'null') return 0;
       if (e.t !== 'number') throw cannot(e, 'uint8');
       const n = /^\d+$/.test(e.raw) ? Number(e.raw) : NaN;
       if (!(n <= 255)) throw cannot(`number ${e.raw}`, 'uint8');
@@ -167,31 +196,68 @@ function message(type: protobuf.Type, v: JsonValue, depth = 0): Record<string, u
   if (v.t === 'null') return {};
   if (v.t !== 'object') throw cannot(v, 'map[string]json.RawMessage');
   const out: Record<string, unknown> = {};
-  const take = (f: protobuf.Field): JsonValue | undefined => v.v.get(f.name) ?? v.v.get(camel(f.name));
-  // Fields in the order they are declared, oneof members among them: the first error in that
-  // order is the one reported, as jsonpb walks the Go struct.
-  for (const f of type.fieldsArray) {
+  // jsonpb takes both spellings and, given both, the lowerCamelCase one.
+  const take = (f: protobuf.Field): JsonValue | undefined => v.v.get(jsonName(f.name)) ?? v.v.get(f.name);
+  // jsonpb walks the Go struct: the plain fields in the order they are declared (the first
+  // error in that order is the one reported), then the members of oneofs (in Go's map order,
+  // which varies; here in declaration order, and of two members of one oneof the later wins).
+  for (const f of orderedFields(type)) {
     const jv = take(f);
-    if (jv === undefined || jv.t === 'null') continue;
+    if (jv === undefined) continue;
     f.resolve();
-    if (f.repeated) {
-      if (jv.t !== 'array') throw cannot(jv, '[]json.RawMessage');
-      out[f.name] = jv.v.map((e) => (f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, e, depth + 1) : scalar(f, e)));
+    const sub = f.resolvedType instanceof protobuf.Type ? f.resolvedType : undefined;
+    if (jv.t === 'null') {
+      // Null leaves a field unset, but sets a oneof to its member: a scalar one at its zero
+      // value (sent on the wire), a message one to nothing.
+      if (!f.partOf) continue;
+      for (const other of f.partOf.fieldsArray) delete out[other.name];
+      if (!sub) out[f.name] = zeroValue(f);
       continue;
     }
-    const value = f.resolvedType instanceof protobuf.Type ? message(f.resolvedType, jv, depth + 1) : scalar(f, jv);
-    if (value !== undefined) out[f.name] = value;
+    let value: unknown;
+    if (f.repeated) {
+      if (jv.t !== 'array') throw cannot(jv, '[]json.RawMessage');
+      // A null element is Go's zero value: an empty message (etcd's gateway fails on a nil
+      // message element when it encodes it), a zero scalar.
+      value = jv.v.map((e) => (sub ? message(sub, e, depth + 1) : e.t === 'null' ? zeroValue(f) : scalar(f, e)));
+    } else {
+      value = sub ? message(sub, jv, depth + 1) : scalar(f, jv);
+    }
+    if (value === undefined) continue;
+    if (f.partOf) for (const other of f.partOf.fieldsArray) delete out[other.name];
+    out[f.name] = value;
   }
   return out;
 }
 
-const camelNames = new Map<string, string>();
-/** protoc's JSON name: lowerCamelCase of the name as written (field names only: one entry each). */
-function camel(name: string): string {
-  let c = camelNames.get(name);
+const fieldOrder = new WeakMap<protobuf.Type, protobuf.Field[]>();
+function orderedFields(type: protobuf.Type): protobuf.Field[] {
+  let fields = fieldOrder.get(type);
+  if (!fields) {
+    fields = [...type.fieldsArray.filter((f) => !f.partOf), ...type.fieldsArray.filter((f) => f.partOf)];
+    fieldOrder.set(type, fields);
+  }
+  return fields;
+}
+
+/** A scalar field's zero value, as protobufjs encodes it. */
+function zeroValue(f: protobuf.Field): unknown {
+  if (f.resolvedType instanceof protobuf.Enum) return 0;
+  if (f.type === 'bool') return false;
+  if (f.type === 'string') return '';
+  if (f.type === 'bytes') return new Uint8Array(0);
+  if (f.type in INT_RANGES && f.type.endsWith('64')) return '0';
+  return 0;
+}
+
+/** protoc's JSON name of a field: each '_' dropped and the character after it upper-cased. */
+const jsonNames = new Map<string, string>();
+/** protoc's JSON name (field names only: one entry each, computed once). */
+function jsonName(name: string): string {
+  let c = jsonNames.get(name);
   if (c === undefined) {
-    c = name.replace(/_([a-z0-9])/g, (_, ch: string) => ch.toUpperCase());
-    camelNames.set(name, c);
+    c = name.includes('_') ? name.replace(/_+(.?)/g, (_, ch: string) => ch.toUpperCase()) : name;
+    jsonNames.set(name, c);
   }
   return c;
 }
@@ -269,6 +335,7 @@ function scalarJson(field: protobuf.Field, value: unknown): string | undefined {
   }
 }
 
+/** A decoded message as JSON text, fields at their defaults left out. */
 const fieldKeys = new Map<string, string>();
 /** A field's name as a JSON object key, `"name":` (field names only: one entry each). */
 function fieldKey(name: string): string {
@@ -280,7 +347,6 @@ function fieldKey(name: string): string {
   return k;
 }
 
-/** A decoded message as JSON text, fields at their defaults left out. */
 export function messageJson(type: protobuf.Type, msg: Record<string, unknown>): string {
   const parts: string[] = [];
   for (const f of type.fieldsArray) {
