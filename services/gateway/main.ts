@@ -115,6 +115,7 @@ export async function runGateway(cfg: Config): Promise<void> {
     metrics: () => nodeMetrics('gateway'),
     authEnabled: () => gate.freshMeta().enabled,
     clientCertAuth: !!tls?.ca,
+    log,
   });
   // With auth enabled every service checks its caller (services/gateway/auth).
   const guarded = ({ def, impl }: { def: unknown; impl: object }, checks: Parameters<typeof checkAll>[2]) => ({ def, impl: checkAll(gate, impl as Record<string, unknown>, checks) });

@@ -59,6 +59,8 @@ export interface JsonGatewayOptions {
   authEnabled(): boolean;
   /** Client certificates are required on the client port (--client-tls-ca). */
   clientCertAuth: boolean;
+  /** Where a request that broke the gateway's own code is reported. */
+  log?: { error(obj: object, msg: string): void };
 }
 
 /** etcd's gateway reads whole bodies; this bounds one: base64 makes bytes 4/3 as long. */
@@ -202,7 +204,34 @@ export class JsonGateway {
     return path.startsWith('/v3/') && this.opts.clientCertAuth && !!commonName && this.opts.authEnabled();
   }
 
+  /**
+   * Serves one request. Whatever throws on its way (in the gateway's code or a handler's, now
+   * or in a later event of the request) fails that request with INTERNAL, and never the
+   * process: the port fuzzer found such throws, each fixed where it lay; this is the floor.
+   */
   handle(ex: HttpExchange): void {
+    const safe = guarded(ex, (err) => this.broken(ex, err));
+    try {
+      this.serve(safe);
+    } catch (err) {
+      this.broken(ex, err);
+    }
+  }
+
+  private broken(ex: HttpExchange, err: unknown): void {
+    const message = (err as Error)?.message ?? String(err);
+    this.opts.log?.error({ err: message, url: ex.url }, 'JSON gateway request failed in kvs code');
+    try {
+      if (ex.closed) return;
+      ex.discardBody();
+      ex.respond(500, JSON_HEADERS);
+      ex.end(errorBody(Status.INTERNAL, `kvs: internal error: ${message}`));
+    } catch {
+      // The answer cannot be written either: the client sees its connection end.
+    }
+  }
+
+  private serve(ex: HttpExchange): void {
     const target = requestTarget(ex.url);
     // A path that does not unescape is a bad request line, answered before any handler.
     if (!target) return badRequest(ex);
@@ -608,4 +637,26 @@ const responseType = (route: Route) => typesOf(route).res;
 
 function typeAsWrittenService(name: string): protobuf.Service {
   return rootAsWritten().lookupService(name);
+}
+
+/** `ex`, with every callback it is given wrapped: a throw goes to `onThrow`, not the process. */
+function guarded(ex: HttpExchange, onThrow: (err: unknown) => void): HttpExchange {
+  const wrap =
+    <A extends unknown[]>(fn: (...args: A) => void) =>
+    (...args: A) => {
+      try {
+        fn(...args);
+      } catch (err) {
+        onThrow(err);
+      }
+    };
+  const callbacks = new Set(['onData', 'onEnd', 'onClose', 'onDrain', 'onBodyError']);
+  return new Proxy(ex, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (typeof value !== 'function') return value;
+      if (callbacks.has(prop as string)) return (fn: (...args: unknown[]) => void) => value.call(target, wrap(fn));
+      return value.bind(target);
+    },
+  });
 }
