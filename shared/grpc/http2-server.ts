@@ -120,18 +120,78 @@ export interface Route {
 }
 
 /**
+ * What every server call shares, whichever transport carries it (this file's HTTP/2 gRPC, the
+ * JSON gateway's HTTP): the deadline, grpc-js's `emit('error', status)` convention, and the end
+ * of a call its client went away from. A transport implements `fail`.
+ */
+export abstract class CallBase extends EventEmitter {
+  cancelled = false;
+  protected finished = false;
+  private closed = false;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  private deadline: Date | undefined;
+
+  /** Ends the call with `err` as its status. */
+  abstract fail(err: StatusLike): void;
+
+  /** grpc-js's convention: emitting 'error' on a server stream ends it with that status. */
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    if (event === 'error') {
+      this.fail((args[0] ?? {}) as StatusLike);
+      if (this.listenerCount('error') === 0) return false;
+    }
+    return super.emit(event, ...args);
+  }
+
+  /** @internal */
+  armDeadline(ms: number): void {
+    this.deadline = new Date(Date.now() + ms);
+    this.deadlineTimer = setTimeout(() => {
+      if (this.finished) return;
+      this.cancelled = true;
+      this.fail({ code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' });
+      super.emit('cancelled', 'deadline');
+    }, ms);
+    this.deadlineTimer.unref();
+  }
+
+  protected clearDeadline(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+  }
+
+  /** @internal the transport closed: a call that had not ended was cancelled by its client. */
+  transportClosed(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.clearDeadline();
+    if (!this.finished) {
+      this.finished = true;
+      this.cancelled = true;
+      super.emit('cancelled', 'cancelled');
+    }
+    super.emit('close');
+  }
+
+  /** @internal */
+  get isFinished(): boolean {
+    return this.finished;
+  }
+
+  /** The request's deadline (grpc-js's Deadline: Infinity when the client set none). */
+  getDeadline(): Date | number {
+    return this.deadline ?? Infinity;
+  }
+}
+
+/**
  * One call on the client port. Unary and server-streaming handlers get it with `request`
  * set; bidi handlers read 'data' events. The first write sends the response headers; a status
  * (OK from end(), or an error from emit('error', status) or a unary callback) ends the call.
  */
-export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
+export class ServerCall<Req = unknown, Res = unknown> extends CallBase {
   request!: Req;
-  cancelled = false;
   private headersSent = false;
-  private finished = false;
-  private closed = false;
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  private deadline: Date | undefined;
   private meta: Metadata | undefined;
 
   constructor(
@@ -207,15 +267,6 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     this.finish(statusTrailers(code, err.details ?? err.message ?? ''));
   }
 
-  /** grpc-js's convention: emitting 'error' on a server stream ends it with that status. */
-  override emit(event: string | symbol, ...args: unknown[]): boolean {
-    if (event === 'error') {
-      this.fail((args[0] ?? {}) as StatusLike);
-      if (this.listenerCount('error') === 0) return false;
-    }
-    return super.emit(event, ...args);
-  }
-
   /** Answers a unary call (the handler's callback). */
   respond(err: StatusLike | null | undefined, value?: Res, written?: () => void): void {
     if (err) return this.fail(err);
@@ -261,44 +312,9 @@ export class ServerCall<Req = unknown, Res = unknown> extends EventEmitter {
     return this.stream.closed;
   }
 
-  /** @internal */
-  armDeadline(ms: number): void {
-    this.deadline = new Date(Date.now() + ms);
-    this.deadlineTimer = setTimeout(() => {
-      if (this.finished) return;
-      this.cancelled = true;
-      this.fail({ code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' });
-      super.emit('cancelled', 'deadline');
-    }, ms);
-    this.deadlineTimer.unref();
-  }
-
-  private clearDeadline(): void {
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = undefined;
-  }
-
-  /** @internal the HTTP/2 stream closed: a call that had not ended was cancelled by its client. */
+  /** @internal the HTTP/2 stream closed. */
   onStreamClose(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.clearDeadline();
-    if (!this.finished) {
-      this.finished = true;
-      this.cancelled = true;
-      super.emit('cancelled', 'cancelled');
-    }
-    super.emit('close');
-  }
-
-  /** @internal */
-  get isFinished(): boolean {
-    return this.finished;
-  }
-
-  /** The request's deadline (grpc-js's Deadline: Infinity when the client set none). */
-  getDeadline(): Date | number {
-    return this.deadline ?? Infinity;
+    this.transportClosed();
   }
 }
 

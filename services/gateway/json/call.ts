@@ -3,9 +3,8 @@
 // events, emit('error', status)), so every service runs unchanged behind the gateway. What the
 // service answers goes, as wire bytes, to a sink that writes JSON (exchange.ts) or, for the
 // gateway's own probes (/health), back to the caller.
-import { EventEmitter } from 'node:events';
 import { Metadata, status as Status, type MethodDefinition } from '@grpc/grpc-js';
-import type { StatusLike, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import { CallBase, type StatusLike, type UnaryCallback } from '../../../shared/grpc/http2-server.js';
 
 /** Where a call's answers go. */
 export interface CallSink {
@@ -21,13 +20,8 @@ export interface CallSink {
 
 type Method = MethodDefinition<any, any>;
 
-export class GatewayCall extends EventEmitter {
+export class GatewayCall extends CallBase {
   request: unknown;
-  cancelled = false;
-  private finished = false;
-  private closed = false;
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  private deadline: Date | undefined;
 
   constructor(
     private readonly sink: CallSink,
@@ -66,10 +60,6 @@ export class GatewayCall extends EventEmitter {
     return this.sink.needDrain;
   }
 
-  get isFinished(): boolean {
-    return this.finished;
-  }
-
   write(message: unknown): boolean {
     if (this.finished || this.sink.closed) return false;
     return this.sink.message(this.method.responseSerialize(message) as Buffer);
@@ -84,14 +74,6 @@ export class GatewayCall extends EventEmitter {
 
   fail(err: StatusLike): void {
     this.finish({ code: typeof err.code === 'number' ? err.code : Status.UNKNOWN, details: err.details ?? err.message ?? '' });
-  }
-
-  override emit(event: string | symbol, ...args: unknown[]): boolean {
-    if (event === 'error') {
-      this.fail((args[0] ?? {}) as StatusLike);
-      if (this.listenerCount('error') === 0) return false;
-    }
-    return super.emit(event, ...args);
   }
 
   respond: UnaryCallback<unknown> = (err, value, written) => {
@@ -114,39 +96,5 @@ export class GatewayCall extends EventEmitter {
     this.finished = true;
     this.clearDeadline();
     if (!this.sink.closed) this.sink.finish(status);
-  }
-
-  /** grpc-timeout's equivalent, from the Grpc-Timeout header. */
-  armDeadline(ms: number): void {
-    this.deadline = new Date(Date.now() + ms);
-    this.deadlineTimer = setTimeout(() => {
-      if (this.finished) return;
-      this.cancelled = true;
-      this.fail({ code: Status.DEADLINE_EXCEEDED, details: 'context deadline exceeded' });
-      super.emit('cancelled', 'deadline');
-    }, ms);
-    this.deadlineTimer.unref();
-  }
-
-  getDeadline(): Date | number {
-    return this.deadline ?? Infinity;
-  }
-
-  private clearDeadline(): void {
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = undefined;
-  }
-
-  /** The client went away (or the exchange ended): a call still running is cancelled. */
-  closedByClient(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.clearDeadline();
-    if (!this.finished) {
-      this.finished = true;
-      this.cancelled = true;
-      super.emit('cancelled', 'cancelled');
-    }
-    super.emit('close');
   }
 }

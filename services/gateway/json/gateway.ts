@@ -286,7 +286,7 @@ export class JsonGateway {
     const call = new GatewayCall(sink, route.method, this.metadataOf(ex), ex.peer);
     const timeout = gatewayTimeout(ex.header('grpc-timeout'));
     if (typeof timeout === 'number' && timeout <= 2 ** 31 - 1) call.armDeadline(timeout);
-    ex.onClose(() => call.closedByClient());
+    ex.onClose(() => call.transportClosed());
     return call;
   }
 
