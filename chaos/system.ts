@@ -10,7 +10,7 @@
 //     shared/objectstore/failpoint.ts), so an outage can hit one node or all of them.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { freePort, localObjectStore, objectStoreArgs, startKvs, status, tempDir, type Ctx, type KvsNode } from '../integration/harness.js';
+import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../integration/harness.js';
 import { FAST_FAILOVER } from '../integration/cluster.js';
 import { startS3Server } from '../integration/s3-server.js';
 import { KvClient } from '../bench/kv-client.js';
@@ -81,11 +81,12 @@ export async function startSystem(t: Ctx, opts: { nodes: number; store: StoreKin
     let peer: TcpProxy | undefined;
     const args = [...storeArgs, '--node-id', id, ...(opts.logLevel ? ['--log-level', opts.logLevel] : [])];
     if (cluster) {
-      // The proxy binds first: a port freePort() just released could otherwise be its own.
+      // The proxy listens on an ephemeral port, never the node's own: reserved (as its client
+      // port, in startKvs) because a restarted node listens on it again.
       let peerPort = 0;
       peer = new TcpProxy({ name: `${id}-peer`, target: () => peerPort, sources });
       await peer.start();
-      peerPort = await freePort();
+      peerPort = await reservePort(t);
       t.after(() => peer!.close());
       args.push('--peer-listen', `127.0.0.1:${peerPort}`, '--advertise-peer', peer.address, ...FAST_FAILOVER);
       if (opts.writePipeline) args.push('--write-pipeline', opts.writePipeline);

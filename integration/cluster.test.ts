@@ -3,11 +3,15 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { etcdctl, freePort, pollUntil, startEtcdctl } from './harness.js';
+import * as grpc from '@grpc/grpc-js';
+import { etcdctl, freePort, onCleanup, pollUntil, startEtcdctl } from './harness.js';
 import { scrape, value } from './metrics-scrape.js';
 import { rawClient } from './raw-client.js';
-import { decode } from '../shared/proto/index.js';
+import { decode, service } from '../shared/proto/index.js';
+import { COMMIT_DELAY_ENV } from '../services/peer/commit-delay.js';
 import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+
+const ELECTION = 'v3electionpb.Election';
 
 const followersOf = (nodes: ClusterNode[], leader: ClusterNode) => nodes.filter((n) => n !== leader);
 
@@ -111,34 +115,72 @@ test('leases across nodes: granted on one, kept alive on another, revoked on a t
   await waiter.until((out: string) => out.includes('waiter got it'));
 });
 
-test('Election.Leader on a follower sees a Proclaim made through the leader at once (linearizable, as etcd)', async (t) => {
-  const { nodes } = await startCluster(t, 3);
+type LeaderAnswer = { header: { revision: unknown }; kv: { value: Uint8Array; modRevision: unknown } };
+
+/** Election.Observe on `endpoint`: each call opens a stream, resolves with its first answer and cancels it. */
+function firstObserved(t: TestContext, endpoint: string): (name: Buffer) => Promise<LeaderAnswer> {
+  const Ctor = grpc.makeGenericClientConstructor(service(ELECTION), ELECTION);
+  const c = new Ctor(endpoint, grpc.credentials.createInsecure()) as grpc.Client & Record<string, (req: object) => grpc.ClientReadableStream<LeaderAnswer>>;
+  onCleanup(t, () => c.close());
+  return (name) =>
+    new Promise((resolve, reject) => {
+      const stream = c.Observe!({ name });
+      stream.once('data', (m: LeaderAnswer) => {
+        resolve(m);
+        stream.cancel();
+      });
+      stream.on('error', (err: grpc.ServiceError) => err.code !== grpc.status.CANCELLED && reject(err));
+      stream.on('end', () => reject(new Error('Observe ended before its first answer')));
+    });
+}
+
+test('Election.Leader and Observe on a follower see a Proclaim made through the leader at once, with commit notices delayed (linearizable, as etcd)', async (t) => {
+  // Each follower applies what the leader committed 20 ms after the leader said so (a test
+  // failpoint: services/peer/commit-delay.ts), so its own view lags every acknowledged
+  // Proclaim that long: a read answered from that view sees the value before it.
+  const { nodes } = await startCluster(t, 3, { nodeEnv: () => ({ [COMMIT_DELAY_ENV]: '20' }) });
   const leader = await waitForLeader(nodes);
   const followers = followersOf(nodes, leader);
-  const ELECTION = 'v3electionpb.Election';
   const onLeader = rawClient(t, leader.endpoint, ELECTION);
-  const onFollowers = followers.map((f) => rawClient(t, f.endpoint, ELECTION));
+  const onFollowers = followers.map((f) => ({ id: f.id, election: rawClient(t, f.endpoint, ELECTION), observe: firstObserved(t, f.endpoint), kv: rawClient(t, f.endpoint, 'etcdserverpb.KV') }));
   const lease = leader.client.lease(60, { autoKeepAlive: false });
   const id = await lease.grant();
   const name = Buffer.from('the-election');
   const campaign = await onLeader('Campaign', 'v3electionpb.CampaignRequest', { name, lease: id, value: Buffer.from('v0') });
   assert.ifError(campaign.err);
-  const { leader: key } = decode<{ leader: object }>('v3electionpb.CampaignResponse', campaign.res!);
-  // Each Proclaim is acknowledged by the leader only once the followers hold it; the Election
-  // service's read on a follower must then not answer with the value before it.
-  for (let i = 1; i <= 100; i++) {
+  const { leader: key } = decode<{ leader: { key: Uint8Array } }>('v3electionpb.CampaignResponse', campaign.res!);
+  // Each Proclaim is acknowledged by the leader once the followers hold it, not once they have
+  // applied it. Election.Leader and Observe's first answer on a follower must then not answer
+  // with the value before it, while a serializable Range there (local state) may.
+  let staleLocal = 0;
+  const ROUNDS = 60;
+  for (let i = 1; i <= ROUNDS; i++) {
     const value = `v${i}`;
     const p = await onLeader('Proclaim', 'v3electionpb.ProclaimRequest', { leader: key, value: Buffer.from(value) });
     assert.ifError(p.err);
     const rev = Number(decode<{ header: { revision: unknown } }>('v3electionpb.ProclaimResponse', p.res!).header.revision);
-    for (const [j, call] of onFollowers.entries()) {
-      const r = await call('Leader', 'v3electionpb.LeaderRequest', { name });
-      assert.ifError(r.err);
-      const got = decode<{ header: { revision: unknown }; kv: { value: Uint8Array; modRevision: unknown } }>('v3electionpb.LeaderResponse', r.res!);
-      assert.deepEqual([Buffer.from(got.kv.value).toString(), Number(got.kv.modRevision)], [value, rev], `Leader on ${followers[j]!.id} after proclaim ${i}`);
-      assert.ok(Number(got.header.revision) >= rev);
-    }
+    await Promise.all(
+      onFollowers.map(async (f) => {
+        const [local, r, observed] = await Promise.all([
+          f.kv('Range', 'etcdserverpb.RangeRequest', { key: key.key, serializable: true }),
+          f.election('Leader', 'v3electionpb.LeaderRequest', { name }),
+          f.observe(name),
+        ]);
+        assert.ifError(local.err);
+        const kvs = decode<{ kvs: { value: Uint8Array }[] }>('etcdserverpb.RangeResponse', local.res!).kvs;
+        if (Buffer.from(kvs[0]!.value).toString() !== value) staleLocal++;
+        assert.ifError(r.err);
+        const got = decode<LeaderAnswer>('v3electionpb.LeaderResponse', r.res!);
+        assert.deepEqual([Buffer.from(got.kv.value).toString(), Number(got.kv.modRevision)], [value, rev], `Leader on ${f.id} after proclaim ${i}`);
+        assert.ok(Number(got.header.revision) >= rev);
+        assert.deepEqual([Buffer.from(observed.kv.value).toString(), Number(observed.kv.modRevision)], [value, rev], `Observe's first answer on ${f.id} after proclaim ${i}`);
+        assert.ok(Number(observed.header.revision) >= rev);
+      }),
+    );
   }
+  // The failpoint did widen the window: the followers' own state lagged the acknowledged value.
+  t.diagnostic(`serializable reads on the followers that still saw the previous value: ${staleLocal} of ${ROUNDS * onFollowers.length}`);
+  assert.ok(staleLocal > 0, 'no serializable read on a follower lagged: the commit notices were not delayed');
   await lease.revoke();
 });
 

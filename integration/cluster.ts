@@ -5,7 +5,7 @@
 import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
-import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, freePort, localObjectStore, pollUntil, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
+import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, localObjectStore, pollUntil, reservePort, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
 import { TcpProxy } from '../chaos/proxy.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
@@ -63,12 +63,13 @@ export async function startCluster(t: Ctx, count: number, opts: ClusterOptions =
     let peerProxy: TcpProxy | undefined;
     let peerPort = 0;
     if (opts.peerProxies) {
-      // The proxy binds first: a port freePort() just released could otherwise be its own.
+      // The proxy listens on an ephemeral port, never the node's own, reserved below.
       peerProxy = new TcpProxy({ name: `${id}-peer`, target: () => peerPort, sources });
       await peerProxy.start();
       onCleanup(t, () => peerProxy!.close());
     }
-    peerPort = await freePort();
+    // A restarted node listens on it again: reserved for the test, as its client port.
+    peerPort = await reservePort(t);
     const kvs = await startKvs(t, {
       objectStore,
       dataDir: opts.dataDir?.(id),

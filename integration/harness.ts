@@ -11,15 +11,20 @@ import assert from 'node:assert/strict';
 import { etcdArgs, freePorts } from './loopback.js';
 export { freePorts };
 import { spawn, type ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after as afterAll, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
 import { noop } from 'cockatiel';
 import { Etcd3 } from 'etcd3';
 import { execa } from 'execa';
+import { socketPath } from '../shared/config.js';
+import { service } from '../shared/proto/index.js';
+import { bindAbstract } from '../supervisor/data-dir-lock.js';
 
 /** Repository root (this file compiles to dist/integration/harness.js). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -93,6 +98,64 @@ export const fileScope: Ctx = {
 /** A currently free TCP port on 127.0.0.1. */
 export async function freePort(): Promise<number> {
   return (await freePorts(1))[0]!;
+}
+
+/** The first port of the kernel's ephemeral range: bind(0) and outgoing connections take ports from there on. */
+function ephemeralLow(): number {
+  try {
+    return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+/** Whether `port` on 127.0.0.1 can be listened on now. */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = net.createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+  });
+}
+
+/** reservePort's ports start here. */
+export const RESERVED_PORTS_FROM = 12_000;
+
+/** The abstract socket by which a test process holds a port (reservePort). */
+export const portClaimName = (port: number): string => `\0kvs-test/port/${port}`;
+
+/**
+ * A port for a server that a test stops and starts again on the same port (a kvs node's client
+ * and peer ports: `restart()`), held for this test until `t` ends. A port from freePort() is
+ * free only at that moment: while its node is down (after `kill9()`, before `restart()`), any
+ * bind(0) on the machine, another test file's server among them, may be given it, and a
+ * readiness probe would then be answered by that server (found by a HashKV after a restart that
+ * answered another server's revision). So the port comes from 12000-19999: below the kernel's
+ * ephemeral range (from 32768 on by default), which bind(0) and outgoing connections never
+ * use, and below the Ceph OSD's ports (s3-server.ts: from 20000 on). This process claims it
+ * with an abstract unix socket named after it (as supervisor/data-dir-lock.ts claims a data
+ * directory; the kernel releases it when the process dies): every other test process that
+ * reserves a port here passes it by until `t` ends.
+ */
+export async function reservePort(t: Ctx): Promise<number> {
+  const low = RESERVED_PORTS_FROM;
+  const high = Math.min(20_000, ephemeralLow()) - 1;
+  const span = high - low + 1;
+  if (span < 1024) return freePort(); // no room below the ephemeral range: the old way
+  const first = low + Math.floor(Math.random() * span);
+  for (let i = 0; i < span; i++) {
+    const port = low + ((first - low + i) % span);
+    const claim = await bindAbstract(portClaimName(port));
+    if (!claim) continue; // another test process holds it
+    claim.unref();
+    if (!(await canListen(port))) {
+      claim.close(); // something that is not a test (or a test that bound it by number) has it
+      continue;
+    }
+    onCleanup(t, () => new Promise<void>((resolve) => claim.close(() => resolve())));
+    return port;
+  }
+  throw new Error(`no port free in ${low}-${high}`);
 }
 
 
@@ -308,6 +371,77 @@ function looksLikePortClash(output: string): boolean {
   return /address already in use|EADDRINUSE/i.test(output);
 }
 
+const ControlClient = grpc.makeGenericClientConstructor(service('kvs.control.Control'), 'Control');
+
+interface ControlStatus {
+  supervisorPid: number;
+  listen: string;
+  components: { name: string; state: string; pid: number }[];
+}
+
+/** A node's own Control.Status, on its data directory's control socket; undefined while none answers there. */
+function controlStatus(dataDir: string): Promise<ControlStatus | undefined> {
+  const c = new ControlClient(`unix:${socketPath(dataDir, 'ctl')}`, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+  return new Promise((resolve) => {
+    c.Status!({}, { deadline: Date.now() + 2000 }, (err: grpc.ServiceError | null, res?: ControlStatus) => {
+      c.close();
+      resolve(err ? undefined : res);
+    });
+  });
+}
+
+/**
+ * After waitReady: waits until the supervisor we started (`proc`, on its data directory's control
+ * socket) reports its gateway ready on `listen`. Its gateway then holds the port (nothing else
+ * can listen there meanwhile), so what answers there is this node. A Status answer on the port
+ * alone does not say so: another process may have the port (one that took it while this node
+ * was down, between kill9() and restart()), and answer the probe while this node's gateway
+ * fails to listen and the node exits.
+ */
+async function waitOwnGateway(dataDir: string, proc: Proc, listen: string, deadlineMs: number, output: () => string): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  let delay = 25;
+  let last = 'nothing answers on its control socket';
+  for (;;) {
+    if (proc.exitInfo) {
+      await drained(proc);
+      const clash = looksLikePortClash(output()) ? `: ${listen} is taken by another process, which answered the readiness probe in its place` : '';
+      throw new Error(`kvs exited (${describeExit(proc.exitInfo)}) before its gateway served ${listen}${clash}\n--- kvs output ---\n${tail(output())}`);
+    }
+    const st = await controlStatus(dataDir);
+    if (st) {
+      const gateway = st.components.find((c) => c.name === 'gateway');
+      if (st.supervisorPid === proc.pid && st.listen === listen && gateway?.state === 'ready') return;
+      last = `supervisor ${st.supervisorPid} (started: ${proc.pid}) on ${st.listen}, gateway ${gateway?.state ?? 'absent'}`;
+    }
+    if (Date.now() > deadline) throw new Error(`kvs (pid ${proc.pid}) did not report its gateway ready on ${listen} within ${deadlineMs} ms (${last})\n--- kvs output ---\n${tail(output())}`);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([new Promise<void>((resolve) => (timer = setTimeout(resolve, delay))), proc.exited]);
+    clearTimeout(timer);
+    delay = Math.min(delay * 2, 500);
+  }
+}
+
+/**
+ * Whether a process of group `pgid` still runs. A zombie does not: it has released its files,
+ * locks and sockets, and runs nothing more.
+ */
+function groupRuns(pgid: number): boolean {
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') return true;
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------- TLS
 
 /** A client's TLS material, PEM: the CA it trusts, and a certificate for mutual TLS. */
@@ -460,9 +594,15 @@ export interface KvsNode {
   readonly process: ChildProcess;
   /** Send `signal` to the supervisor only and await its exit (SIGKILL to the group after 15 s). */
   stop(signal?: NodeJS.Signals): Promise<ExitInfo>;
-  /** SIGKILL the whole process group (supervisor + storage/gateway children) and await exit. */
+  /**
+   * SIGKILL the whole process group (supervisor + storage/gateway children) and await the exit
+   * of every one of them (the supervisor's exit alone leaves its components dying a moment longer).
+   */
   kill9(): Promise<ExitInfo>;
-  /** Start again on the same data dir and port (stops first, with SIGTERM, if still running). */
+  /**
+   * Start again on the same data dir and port (stops first, with SIGTERM, if still running).
+   * Rejects if the node cannot listen there (another process took the port meanwhile).
+   */
   restart(): Promise<void>;
   /** Captured stdout+stderr of all runs of this node (last 1 MiB). */
   output(): string;
@@ -470,7 +610,10 @@ export interface KvsNode {
   ctl(args: string[], opts?: CmdOptions): Promise<CmdResult>;
 }
 
-/** Start `node bin/kvs.js run` detached (own process group) and wait for Maintenance.Status. */
+/**
+ * Start `node bin/kvs.js run` detached (own process group) on a reserved port (reservePort), and
+ * wait for Maintenance.Status there and for its own supervisor to report its gateway ready.
+ */
 export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> {
   const dataDir = opts.dataDir ?? (await tempDir(t, 'kvs-node-'));
   const env = cleanEnv(opts.env, (k) => k === 'KVS_LOG_LEVEL');
@@ -480,7 +623,8 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
 
   const start = async (retryOnPortClash: boolean): Promise<void> => {
     for (let attempt = 1; ; attempt++) {
-      if (retryOnPortClash) port = await freePort();
+      // restart() binds the same port again: reserved for the test (see reservePort).
+      if (retryOnPortClash) port = await reservePort(t);
       const p = await launch(
         process.execPath,
         [KVS_BIN, 'run', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, ...(opts.objectStore ? objectStoreArgs(opts.objectStore) : []), ...(opts.args ?? [])],
@@ -490,6 +634,7 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
       onCleanup(t, () => terminate(p, 'SIGTERM', 15_000));
       try {
         await waitReady(`127.0.0.1:${port}`, p, 30_000, 'kvs', () => out.toString(), opts.probe);
+        await waitOwnGateway(dataDir, p, `127.0.0.1:${port}`, 30_000, () => out.toString());
         return;
       } catch (err) {
         await terminate(p, 'SIGTERM', 5_000);
@@ -521,6 +666,14 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
       killQuietly(-p.pid, 'SIGKILL');
       const info = await p.exited;
       reapGroup(p);
+      // The components are not our children: no exit event reaches us, so /proc is watched.
+      // A component that the kernel has not finished killing yet holds what a restart takes
+      // over (its sockets, its LMDB locks, the WAL's descriptors) for as long.
+      const deadline = Date.now() + 10_000;
+      while (groupRuns(p.pid)) {
+        if (Date.now() > deadline) throw new Error(`kill -9 of kvs (group ${p.pid}): a process of it still runs after 10 s`);
+        await new Promise((resolve) => setTimeout(resolve, 1));
+      }
       return info;
     },
     restart: async () => {

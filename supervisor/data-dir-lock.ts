@@ -55,7 +55,7 @@ export async function claimDataDir(dataDir: string): Promise<void> {
   fs.mkdirSync(runDir, { recursive: true });
   const name = lockName(dataDir);
   for (let attempt = 1; ; attempt++) {
-    const server = await bind(name);
+    const server = await bindAbstract(name);
     if (server) {
       const ctl = await answers(path.join(runDir, 'ctl.sock'));
       if (ctl) {
@@ -87,8 +87,12 @@ export function releaseDataDir(dataDir: string): void {
   } catch {}
 }
 
-/** Listens on the lock; undefined when someone else holds it (EADDRINUSE). */
-function bind(name: string): Promise<net.Server | undefined> {
+/**
+ * Listens on the abstract socket `name` (a lock: the data directory's here, a test's port in
+ * integration/harness.ts); undefined when someone else holds it (EADDRINUSE). A connection is
+ * told the holder's pid.
+ */
+export function bindAbstract(name: string): Promise<net.Server | undefined> {
   return new Promise((resolve, reject) => {
     // Whoever connects learns the holder's pid; nothing else is read or sent.
     const server = net.createServer((conn) => {

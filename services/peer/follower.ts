@@ -21,6 +21,7 @@ import type { Member, StateBoard } from './state.js';
 import { PeerChannel, type PeerCredentials } from './transport.js';
 import type { CallError } from '../../shared/grpc/h2-stream.js';
 import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
+import { DelayedCommits } from './commit-delay.js';
 
 export interface FollowerOptions {
   self: Member;
@@ -38,6 +39,8 @@ export interface FollowerOptions {
   /** Shared by every Following of one term (see LeaderContact). */
   contact: LeaderContact;
   signal: AbortSignal;
+  /** Test failpoint (commit-delay.ts): commit positions reach storage this many ms late. */
+  commitDelayMs?: number;
 }
 
 /**
@@ -156,9 +159,16 @@ export class Following {
       let served = false;
       let syncTarget = -1;
       let settled = false;
+      // Test failpoint only (commit-delay.ts): otherwise each commit position goes to storage as it comes.
+      const delayed = this.o.commitDelayMs
+        ? new DelayedCommits(this.o.commitDelayMs, (c) => {
+            if (!settled) storage.entries(0, 0, undefined, c);
+          })
+        : undefined;
       const finish = (how: 'failed' | 'served' | 'resync' | 'leaving' | 'stopped') => {
         if (settled) return;
         settled = true;
+        delayed?.cancel();
         clearInterval(silence);
         storage.off('progress', onProgress);
         signal.removeEventListener('abort', onAbort);
@@ -253,7 +263,7 @@ export class Following {
         }
         const frames = m.frames?.length ? m.frames : undefined;
         if (frames) stages?.stamp(Stage.PEER_FOLLOWER_RECEIVE, n(m.last as number), microsFromPerformance(heard));
-        if (!storage.entries(n(m.first as number), n(m.last as number), frames, commit)) finish('failed');
+        if (!storage.entries(n(m.first as number), n(m.last as number), frames, delayed ? delayed.hold(commit) : commit)) finish('failed');
       });
       call.on('error', (err: CallError) => {
         if (served) log.warn({ err: err.message }, 'lost the leader');

@@ -29,6 +29,7 @@ import { StorageSide, Role, type Replicate } from './storage-side.js';
 import { StateBoard, type Member } from './state.js';
 import { Leadership } from './leader.js';
 import { Following, sleep, type LeaderContact } from './follower.js';
+import { COMMIT_DELAY_ENV, commitDelayMs } from './commit-delay.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
 import { PeerChannel, callForEpoch, listenPeer, peerCredentials, type PeerCredentials } from './transport.js';
 
@@ -129,6 +130,8 @@ class PeerNode {
   private readonly ttlMs: number;
   private readonly retryMs: number;
   private readonly termFile: string;
+  /** Test failpoint (commit-delay.ts); 0 unless KVS_FAILPOINT_COMMIT_DELAY_MS is set. */
+  private readonly commitDelayMs = commitDelayMs();
 
   constructor(
     private readonly cfg: Config,
@@ -138,6 +141,7 @@ class PeerNode {
     private readonly log: Logger,
   ) {
     this.storage = new StorageSide(log);
+    if (this.commitDelayMs) log.warn({ ms: this.commitDelayMs }, `test failpoint ${COMMIT_DELAY_ENV}: this node applies every commit position ${this.commitDelayMs} ms after the leader sent it`);
     // Storage may send a batch after a term ended, before it hears its new role. Unanswered, it
     // would wait for that batch forever, and so would its role change (found by chaos/).
     this.storage.on('replicate', (r: Replicate) => {
@@ -203,7 +207,7 @@ class PeerNode {
         this.following = new Following({
           self: this.self, lock: this.lock, held, store: this.store, storage: this.storage, board: this.board, creds: this.creds, log: this.log,
           maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
-          contact: this.contact, signal,
+          contact: this.contact, signal, commitDelayMs: this.commitDelayMs,
         });
         const end = await this.following.run();
         this.following = undefined;
