@@ -107,11 +107,6 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
   guardSignals();
 }
 
-/**
- * Answers the supervisor's metrics requests (`{type: 'metrics', id}`) with this process's
- * registry as JSON; the supervisor merges every component's into the node's /metrics.
- * `refresh` sets the gauges that are read off the component's state at scrape time.
- */
 let nodeMetricsId = 0;
 let ownRegistry: ReturnType<typeof processRegistry> | undefined;
 /**
@@ -137,6 +132,11 @@ export function nodeMetrics(owner: Owner, timeoutMs = 5000): Promise<string> {
   });
 }
 
+/**
+ * Answers the supervisor's metrics requests (`{type: 'metrics', id}`) with this process's
+ * registry as JSON; the supervisor merges every component's into the node's /metrics.
+ * `refresh` sets the gauges that are read off the component's state at scrape time.
+ */
 export function serveMetrics(owner: Owner, refresh: () => void = () => {}): void {
   if (!process.send) return;
   const registry = processRegistry(owner);
