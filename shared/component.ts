@@ -109,27 +109,40 @@ export function installLifecycle(log: Logger, hooks: ComponentHooks): void {
 
 let nodeMetricsId = 0;
 let ownRegistry: ReturnType<typeof processRegistry> | undefined;
+/** Requests for the node's metrics waiting for the supervisor's answer, by id. */
+const nodeMetricsWaiting = new Map<number, (text: string | undefined, error: string | undefined) => void>();
+/** The scrape in flight: concurrent requests share it (each would make the supervisor ask every component). */
+let nodeMetricsInFlight: Promise<string> | undefined;
+
 /**
  * The node's metrics as the metrics address serves them (every component's, merged by the
  * supervisor); a component run alone has only its own.
  */
 export function nodeMetrics(owner: Owner, timeoutMs = 5000): Promise<string> {
   if (!process.send) return (ownRegistry ??= processRegistry(owner)).metrics();
+  if (!process.connected) return Promise.reject(new Error('the supervisor is gone'));
+  if (nodeMetricsInFlight) return nodeMetricsInFlight;
+  if (nodeMetricsWaiting.size === 0) process.on('message', onNodeMetrics);
   const id = ++nodeMetricsId;
-  return new Promise((resolve, reject) => {
+  nodeMetricsInFlight = new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => done(undefined, 'the supervisor did not answer'), timeoutMs);
-    const onMessage = (msg: { type?: string; id?: number; text?: string; error?: string }) => {
-      if (msg?.type === 'node-metrics' && msg.id === id) done(msg.text, msg.error);
-    };
     const done = (text: string | undefined, error: string | undefined) => {
       clearTimeout(timer);
-      process.off('message', onMessage);
+      nodeMetricsWaiting.delete(id);
+      if (nodeMetricsWaiting.size === 0) process.off('message', onNodeMetrics);
+      nodeMetricsInFlight = undefined;
       if (text !== undefined) resolve(text);
       else reject(new Error(error ?? 'no metrics'));
     };
-    process.on('message', onMessage);
-    process.send!({ type: 'node-metrics', id });
+    nodeMetricsWaiting.set(id, done);
+    // A channel that closes meanwhile is an error here, not an 'error' event on process.
+    process.send!({ type: 'node-metrics', id }, undefined, {}, (err: Error | null) => err && done(undefined, err.message));
   });
+  return nodeMetricsInFlight;
+}
+
+function onNodeMetrics(msg: { type?: string; id?: number; text?: string; error?: string }): void {
+  if (msg?.type === 'node-metrics' && msg.id !== undefined) nodeMetricsWaiting.get(msg.id)?.(msg.text, msg.error);
 }
 
 /**

@@ -115,6 +115,8 @@ export async function runGateway(cfg: Config): Promise<void> {
     metrics: () => nodeMetrics('gateway'),
     authEnabled: () => gate.freshMeta().enabled,
     clientCertAuth: !!tls?.ca,
+    // A linearizable read is possible: on a cluster, this node has what the leader committed.
+    readable: () => (node.mustLinearize(false) ? node.cluster!.linearize() : Promise.resolve()),
     log,
   });
   // With auth enabled every service checks its caller (services/gateway/auth).

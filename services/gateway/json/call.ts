@@ -1,7 +1,7 @@
 // One JSON gateway request as the services see a gRPC call: the same surface as the client
 // port's ServerCall (request, metadata, write/end, the 'data'/'end'/'cancelled'/'close'/'drain'
 // events, emit('error', status)), so every service runs unchanged behind the gateway. What the
-// service answers goes, as wire bytes, to a sink that writes JSON (exchange.ts) or, for the
+// service answers goes, as wire bytes, to a sink that writes JSON (gateway.ts) or, for the
 // gateway's own probes (/health), back to the caller.
 import { Metadata, status as Status, type MethodDefinition } from '@grpc/grpc-js';
 import { CallBase, type StatusLike, type UnaryCallback } from '../../../shared/grpc/http2-server.js';

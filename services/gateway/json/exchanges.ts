@@ -174,6 +174,10 @@ export function http1Server(gateway: Http1Gateway, limits: Http1Limits = { heade
   const plain = make();
   const main = make();
   main.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    // node's server took its own error listener off the socket for the upgrade: a client that
+    // resets it now (while this waits behind a pipelined request, or after a refused
+    // handshake) must not be an uncaught 'error' that ends the gateway.
+    socket.on('error', () => socket.destroy());
     // After the answers to the requests before it on the connection.
     queued(socket, undefined, () => {
       if (isWebSocketUpgrade(req) && gateway.acceptsWebSocket(req.method ?? 'GET', req.url ?? '/', commonNameOf(socket))) {

@@ -66,6 +66,7 @@ test('a throw in a later event of a request answers it 500 INTERNAL, and nothing
     metrics: async () => '',
     authEnabled: () => false,
     clientCertAuth: false,
+    readable: async () => {},
     log: { error: (obj) => logged.push(JSON.stringify(obj)) },
   });
   const ex = new FakeExchange();
@@ -75,4 +76,35 @@ test('a throw in a later event of a request answers it 500 INTERNAL, and nothing
   assert.equal(ex.status, 500);
   assert.deepEqual(JSON.parse(ex.body), { error: 'kvs: internal error: the exchange broke', message: 'kvs: internal error: the exchange broke', code: 13 });
   assert.equal(logged.length, 1);
+});
+
+function gateway(server: GrpcServer, readable: () => Promise<void> = async () => {}): JsonGateway {
+  return new JsonGateway({ server, maxMessageBytes: 1 << 20, version: { etcdserver: 'x', etcdcluster: 'x' }, metrics: async () => '', authEnabled: () => false, clientCertAuth: false, readable });
+}
+
+test('an answer that does not become JSON fails its request with 500, it does not hang', () => {
+  const server = new GrpcServer({ maxReceiveMessageLength: 1 << 20 });
+  // A handler answering with bytes that are no RangeResponse (a length running past the end).
+  server.addService(service('etcdserverpb.KV'), { range: (_call: unknown, cb: (e: null, r: Buffer) => void) => cb(null, Buffer.from([0x0a, 0x7f])) });
+  const ex = new FakeExchange();
+  gateway(server).handle(ex);
+  ex.send('{"key":"YQ=="}');
+  assert.equal(ex.status, 500);
+  assert.equal(JSON.parse(ex.body).code, 13);
+});
+
+test('GET /health asks the node whether it can serve a linearizable read, within a second', async () => {
+  const server = new GrpcServer({ maxReceiveMessageLength: 1 << 20 });
+  const probe = async (readable: () => Promise<void>) => {
+    const ex = new FakeExchange();
+    ex.method = 'GET';
+    ex.url = '/health';
+    gateway(server, readable).handle(ex);
+    for (let i = 0; i < 300 && !ex.closed; i++) await new Promise((r) => setTimeout(r, 10));
+    return [ex.status, ex.body];
+  };
+  assert.deepEqual(await probe(async () => {}), [200, '{"health":"true"}']);
+  assert.deepEqual(await probe(() => Promise.reject(new Error('no leader'))), [503, '{"health":"false"}']);
+  // No answer within a second (a follower cut off from its leader) is unhealthy too.
+  assert.deepEqual(await probe(() => new Promise(() => {})), [503, '{"health":"false"}']);
 });

@@ -6,7 +6,7 @@
 // `{"error", "message", "code"}` with grpc-gateway's HTTP status for errors.
 //
 // Transport-neutral: HTTP/1.1 (node's http server) and HTTP/2 requests that are not gRPC
-// (h2-exchange.ts) both come in as an HttpExchange.
+// (exchanges.ts) both come in as an HttpExchange.
 import { Metadata, status as Status } from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
 import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
@@ -59,6 +59,8 @@ export interface JsonGatewayOptions {
   authEnabled(): boolean;
   /** Client certificates are required on the client port (--client-tls-ca). */
   clientCertAuth: boolean;
+  /** Resolves once this node could serve a linearizable read (GET /health). */
+  readable(): Promise<void>;
   /** Where a request that broke the gateway's own code is reported. */
   log?: { error(obj: object, msg: string): void };
 }
@@ -451,32 +453,57 @@ export class JsonGateway {
       get needDrain() {
         return ex.needDrain;
       },
+      // These run in the service's callbacks, outside handle()'s guard: what throws here (an
+      // answer that does not become JSON) fails the request, not the process.
       unary: (wire) => {
-        const body = wireToJson(type, wire);
-        started = true;
-        ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD, 'Content-Length': String(Buffer.byteLength(body)) });
-        ex.end(body);
+        try {
+          const body = wireToJson(type, wire);
+          started = true;
+          ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD, 'Content-Length': String(Buffer.byteLength(body)) });
+          ex.end(body);
+        } catch (err) {
+          this.broken(ex, err);
+        }
       },
       message: (wire) => {
-        start();
-        return ex.write(`{"result":${wireToJson(type, wire)}}\n`);
+        try {
+          const line = `{"result":${wireToJson(type, wire)}}\n`;
+          start();
+          return ex.write(line);
+        } catch (err) {
+          this.broken(ex, err);
+          return false;
+        }
       },
       finish: (s) => {
-        if (!s || s.code === Status.OK) {
-          start();
-          return ex.end();
+        try {
+          this.finishCall(ex, s, streamed, started, () => (started = true));
+        } catch (err) {
+          this.broken(ex, err);
         }
-        if (!streamed) return this.fail(ex, s, true);
-        // grpc-gateway's stream error: an error object, with the status only if nothing was
-        // written yet.
-        if (!started) {
-          started = true;
-          ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
-        }
-        ex.end(streamErrorBody(s.code ?? Status.UNKNOWN, s.details ?? ''));
       },
     };
   }
+
+  /** The end of a call on its sink: OK, a unary error, or a stream's error line. */
+  private finishCall(ex: HttpExchange, s: StatusLike | undefined, streamed: boolean, started: boolean, markStarted: () => void): void {
+    if (!s || s.code === Status.OK) {
+      if (!started) {
+        markStarted();
+        ex.respond(200, { ...JSON_HEADERS, ...GRPC_MD });
+      }
+      return ex.end();
+    }
+    if (!streamed) return this.fail(ex, s, true);
+    // grpc-gateway's stream error: an error object, with the status only if nothing was
+    // written yet.
+    if (!started) {
+      markStarted();
+      ex.respond(httpStatusOf(s.code ?? Status.UNKNOWN), JSON_HEADERS);
+    }
+    ex.end(streamErrorBody(s.code ?? Status.UNKNOWN, s.details ?? ''));
+  }
+
 
   /**
    * An error answer. `fromService`: the call reached the service. etcd's gateway then forwards
@@ -510,11 +537,13 @@ export class JsonGateway {
       return ex.end(body);
     }
     const excluded = new URLSearchParams(query).getAll('exclude');
-    this.health(excluded).then((healthy) => {
-      const body = JSON.stringify({ health: healthy ? 'true' : 'false' });
-      ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': String(body.length) });
-      ex.end(body);
-    });
+    this.health(excluded)
+      .then((healthy) => {
+        const body = JSON.stringify({ health: healthy ? 'true' : 'false' });
+        ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': String(body.length) });
+        ex.end(body);
+      })
+      .catch((err) => this.broken(ex, err));
   }
 
   /** /metrics: any method, as Prometheus's handler serves it. */
@@ -526,64 +555,25 @@ export class JsonGateway {
         ex.end(text);
       },
       (err: Error) => plainError(ex, 500, `kvs: metrics unavailable: ${err.message}`),
-    );
+    ).catch((err) => this.broken(ex, err));
   }
 
   /**
-   * etcd's /health: false while an alarm is raised (unless excluded by name), or when the
-   * node cannot serve a linearizable read within a second. A refusal by auth is an answer:
-   * the node serves.
+   * etcd's /health: false while an alarm is raised (unless excluded by name; kvs raises none,
+   * maintenance.ts) or when the node cannot serve a linearizable read within a second. Both
+   * are asked of the node itself, not through a client's call: etcd's check passes no auth
+   * either, so a node with auth on is as healthy as it is with auth off.
    */
-  private async health(excluded: string[]): Promise<boolean> {
+  private async health(_excluded: string[]): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 1000)));
     try {
-      const alarms = await this.internal('/etcdserverpb.Maintenance/Alarm', {});
-      const raised = (alarms.alarms as { alarm?: number }[] | undefined) ?? [];
-      const names = ['NONE', 'NOSPACE', 'CORRUPT'];
-      if (raised.some((a) => !excluded.includes(names[a.alarm ?? 0] ?? String(a.alarm)))) return false;
-      await this.internal('/etcdserverpb.KV/Range', { key: Buffer.from('health'), keys_only: true, limit: 1 });
-      return true;
-    } catch (err) {
-      const code = (err as StatusLike).code;
-      return code === Status.PERMISSION_DENIED || code === Status.INVALID_ARGUMENT || code === Status.UNAUTHENTICATED;
+      return await Promise.race([this.opts.readable().then(() => true, () => false), late]);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
-  /** A unary call of this node's own, answered as a decoded message. */
-  private internal(grpcPath: string, req: Record<string, unknown>): Promise<Record<string, unknown>> {
-    const route = this.opts.server.route(grpcPath);
-    if (!route) return Promise.reject({ code: Status.UNIMPLEMENTED, details: `${grpcPath} is not served` });
-    return new Promise((resolve, reject) => {
-      const type = responseType(route);
-      let closed = false;
-      const call = new GatewayCall(
-        {
-          get closed() {
-            return closed;
-          },
-          needDrain: false,
-          unary: (wire) => {
-            closed = true;
-            resolve(type.decode(wire) as unknown as Record<string, unknown>);
-          },
-          message: () => false,
-          finish: (s) => {
-            closed = true;
-            reject(s ?? { code: Status.UNKNOWN, details: 'no answer' });
-          },
-        },
-        route.method,
-        new Metadata(),
-        'health',
-      );
-      call.armDeadline(1000);
-      try {
-        call.request = route.method.requestDeserialize(Buffer.from(requestType(route).encode(req).finish()));
-        route.handler(call as never, call.respond);
-      } catch (err) {
-        reject(err);
-      }
-    });
-  }
 }
 
 const TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };

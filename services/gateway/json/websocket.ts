@@ -99,6 +99,8 @@ export class WebSocketExchange implements HttpExchange {
   /** The body comes in whole messages and ends only with the connection. */
   readonly framed = true;
   private input: Buffer = Buffer.alloc(0);
+  /** The bytes that came with the handshake, until read (before any later chunk). */
+  private pendingHead: Buffer | undefined;
   private fragments: Buffer[] = [];
   private fragmentBytes = 0;
   private discarding = false;
@@ -118,11 +120,15 @@ export class WebSocketExchange implements HttpExchange {
     this.url = req.url ?? '/';
     this.peer = peerOf(socket);
     socket.setNoDelay(true);
-    socket.on('data', (c: Buffer) => this.read(c));
+    // What came with the handshake is read first: it precedes any later chunk (a 'data' event
+    // may come before a deferred read of `head` would).
+    this.pendingHead = head.length ? head : undefined;
+    socket.on('data', (c: Buffer) => this.read(this.takeHead(c)));
     socket.on('end', () => this.endBody());
     socket.on('close', () => this.endBody());
     socket.on('error', () => socket.destroy());
-    if (head.length) setImmediate(() => this.read(head));
+    // Deferred, so that the gateway has registered its callbacks when the first frame is read.
+    if (head.length) setImmediate(() => this.pendingHead && this.read(this.takeHead(Buffer.alloc(0))));
   }
 
   get commonName(): string | undefined {
@@ -199,6 +205,13 @@ export class WebSocketExchange implements HttpExchange {
   }
 
   /** Client frames (masked), as many as have come whole. */
+  private takeHead(chunk: Buffer): Buffer {
+    const head = this.pendingHead;
+    if (!head) return chunk;
+    this.pendingHead = undefined;
+    return chunk.length ? Buffer.concat([head, chunk]) : head;
+  }
+
   private read(chunk: Buffer): void {
     this.input = this.input.length ? Buffer.concat([this.input, chunk]) : chunk;
     for (;;) {
