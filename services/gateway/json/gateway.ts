@@ -255,7 +255,7 @@ export class JsonGateway {
     const cleaned = clean === '/v3' ? '/v3/' : clean !== path ? clean : undefined;
     if (cleaned !== undefined) return redirect(ex, escapePath(cleaned) + (query ? `?${query}` : ''));
     if (path === '/metrics') return this.metrics(ex);
-    if (path === '/version' || path === '/health') return this.probe(ex, path, query);
+    if (path === '/version' || path === '/health') return this.probe(ex, path);
     const grpcPath = routeOf(path);
     if (!grpcPath) {
       // grpc-gateway's mux answers under /v3/, Go's default mux elsewhere.
@@ -528,7 +528,7 @@ export class JsonGateway {
   // ---------------------------------------------------------------- /version, /health, /metrics
 
   /** /version and /health: GET only, as etcd's handlers check. */
-  private probe(ex: HttpExchange, path: string, query: string): void {
+  private probe(ex: HttpExchange, path: string): void {
     ex.discardBody();
     if (ex.method !== 'GET') return plainError(ex, 405, 'Method Not Allowed', { Allow: 'GET' });
     if (path === '/version') {
@@ -536,8 +536,7 @@ export class JsonGateway {
       ex.respond(200, { ...JSON_HEADERS, 'Content-Length': String(body.length) });
       return ex.end(body);
     }
-    const excluded = new URLSearchParams(query).getAll('exclude');
-    this.health(excluded)
+    this.health()
       .then((healthy) => {
         const body = JSON.stringify({ health: healthy ? 'true' : 'false' });
         ex.respond(healthy ? 200 : 503, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': String(body.length) });
@@ -564,7 +563,7 @@ export class JsonGateway {
    * are asked of the node itself, not through a client's call: etcd's check passes no auth
    * either, so a node with auth on is as healthy as it is with auth off.
    */
-  private async health(_excluded: string[]): Promise<boolean> {
+  private async health(): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), 1000)));
     try {
