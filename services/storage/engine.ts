@@ -21,7 +21,7 @@ import { status } from '@grpc/grpc-js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta, dbPath } from '../../shared/mvcc/schema.js';
 import { EtcdError, MAX_REQUEST_BYTES, Errors, decodeRequest } from '../../shared/errors.js';
-import { decode, encode, num, bigint, int64, type Long } from '../../shared/proto/index.js';
+import { decode } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
 import type { WritePipeline } from '../../shared/config.js';
 import { Wal, type WalOptions } from './wal/log.js';
@@ -32,8 +32,8 @@ import type { Span } from '@opentelemetry/api';
 import { Executor, type Identity, type TxnRequest, type CompactionRequest } from './mvcc/execute.js';
 import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
 import * as M from '../../shared/metrics.js';
-import { applyEntry, type WalEntry } from './mvcc/apply.js';
-import type { AuthChange } from './auth/apply.js';
+import { applyEntry } from './mvcc/apply.js';
+import { decodeWalEntry, encodeWalEntry, type WalEntry } from '../../shared/wal/entry.js';
 import { Lessor, LeaseOp } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
@@ -80,8 +80,6 @@ interface Pending {
 
 /** The kind of each write op before its request is decoded. */
 const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
-
-const WAL_ENTRY = 'kvs.storage.WalEntry';
 
 /**
  * --write-pipeline auto (the default; docs/cluster.md): a cluster leader's batches waiting for
@@ -261,7 +259,7 @@ export class Engine {
     let chunk: WalRecord[] = [];
     const flush = () => {
       db.env.transactionSync(() => {
-        for (const rec of chunk) applyEntry(db, decodeEntry(rec.payload), Number(rec.index));
+        for (const rec of chunk) applyEntry(db, decodeWalEntry(rec.payload), Number(rec.index));
       });
       replayed += chunk.length;
       chunk = [];
@@ -710,7 +708,7 @@ export class Engine {
     }
     try {
       this.db.env.transactionSync(() => {
-        for (const rec of records) applyEntry(this.db, decodeEntry(rec.payload), Number(rec.index));
+        for (const rec of records) applyEntry(this.db, decodeWalEntry(rec.payload), Number(rec.index));
         this.executor.reload(); // in the transaction, not after it: see CompactionSteps.kick
       });
     } catch (err) {
@@ -746,7 +744,7 @@ export class Engine {
         const { response, entry, physical } = this.execute(p, index + 1);
         if (physical) p.done = this.afterRemoval(p.done);
         if (entry) {
-          records.push({ index: BigInt(++index), payload: encodeEntry(entry) });
+          records.push({ index: BigInt(++index), payload: encodeWalEntry(entry) });
           entries.push(entry);
         }
         results[i] = { body: response, code: 0, message: '' };
@@ -868,32 +866,6 @@ export class Engine {
     this.wal.close();
     await this.db.env.close();
   }
-}
-
-function encodeEntry(e: WalEntry): Buffer {
-  const { leaseGrant: g, leaseRevoke: r, auth: a, ...rest } = e;
-  return encode(WAL_ENTRY, {
-    ...rest,
-    ...(g && { leaseGrant: { id: int64(g.id), ttl: g.ttl } }),
-    ...(r && { leaseRevoke: { id: int64(r.id) } }),
-    ...(a && { auth: a }),
-  });
-}
-
-type Int64 = number | Long;
-export function decodeEntry(buf: Uint8Array): WalEntry {
-  const m = decode<{
-    revision: unknown; mutations: { type: number; kv: Uint8Array }[]; compactRevision: unknown;
-    leaseGrant?: { id: Int64; ttl: Int64 }; leaseRevoke?: { id: Int64 }; auth?: AuthChange & { authRevision: Int64 };
-  }>(WAL_ENTRY, buf);
-  const e: WalEntry = { revision: num(m.revision as number), mutations: m.mutations, compactRevision: num(m.compactRevision as number) };
-  if (m.leaseGrant) e.leaseGrant = { id: bigint(m.leaseGrant.id), ttl: num(m.leaseGrant.ttl) };
-  if (m.leaseRevoke) e.leaseRevoke = { id: bigint(m.leaseRevoke.id) };
-  if (m.auth) {
-    const a = m.auth;
-    e.auth = { ...a, authRevision: num(a.authRevision), putTokens: a.putTokens.map((t) => ({ ...t, expiresAtMs: num(t.expiresAtMs as unknown as Int64) })) };
-  }
-  return e;
 }
 
 /**

@@ -17,8 +17,8 @@ import {
 } from '../../../shared/auth/tables.js';
 import { isValidPermissionRange } from '../../../shared/auth/perms.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
-import type { WalEntry } from '../mvcc/apply.js';
-import { applyAuthChange, emptyChange, ENABLE, DISABLE, type AuthChange } from './apply.js';
+import { applyAuthChange, emptyChange, ENABLE, DISABLE } from './apply.js';
+import type { AuthChange, WalEntry } from '../../../shared/wal/entry.js';
 
 export const AuthOp = {
   ENABLE: 10, DISABLE: 11, AUTHENTICATE: 12, USER_ADD: 13, USER_DELETE: 14, USER_CHANGE_PASSWORD: 15,

@@ -12,7 +12,8 @@ import { num, bigint } from '../../../shared/proto/index.js';
 import { leaseExists } from '../../../shared/mvcc/leases.js';
 import { isLive, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { markCompaction } from './compaction.js';
-import { applyPut, applyDelete, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
+import { applyPut, applyDelete } from './apply.js';
+import { MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from '../../../shared/wal/entry.js';
 
 /* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
 type Int64 = number | protobuf.Long;
