@@ -11,7 +11,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../integration/harness.js';
-import { FAST_FAILOVER } from '../integration/cluster.js';
+import { FAST_FAILOVER } from '../integration/cluster-harness.js';
 import { startS3Server } from '../integration/s3-server.js';
 import { KvClient } from '../bench/kv-client.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';

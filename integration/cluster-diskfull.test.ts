@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { freePort, onCleanup, pollUntil, runCommand, status, tempDir } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { startCluster, waitForLeader } from './cluster-harness.js';
 import { Load } from './load.js';
 import { onceClient, within } from './fencing-helpers.js';
 import { get, scrape, value } from './metrics-scrape.js';

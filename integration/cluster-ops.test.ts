@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { freePort, objectStoreArgs, pollUntil } from './harness.js';
 import { checkpoint } from './archiver-scenarios.js';
 import { kvs, ok } from './objectstore-fixtures.js';
-import { leaderEpoch, startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { leaderEpoch, startCluster, waitForLeader, type ClusterNode } from './cluster-harness.js';
 import { status } from '@grpc/grpc-js';
 import { get, scrape, value } from './metrics-scrape.js';
 import { PeerChannel, peerCredentials } from '../services/peer/transport.js';

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileScope, pollUntil } from './harness.js';
 import { startS3Server } from './s3-server.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { startCluster, waitForLeader } from './cluster-harness.js';
 
 const s3 = await startS3Server(fileScope);
 

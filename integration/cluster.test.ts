@@ -9,7 +9,7 @@ import { scrape, value } from './metrics-scrape.js';
 import { rawClient } from './raw-client.js';
 import { decode, service } from '../shared/proto/index.js';
 import { COMMIT_DELAY_ENV } from '../services/peer/commit-delay.js';
-import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { startCluster, waitForLeader, type ClusterNode } from './cluster-harness.js';
 
 const ELECTION = 'v3electionpb.Election';
 

@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { root, service } from '../shared/proto/index.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { startCluster, waitForLeader } from './cluster-harness.js';
 import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
 
 export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;

@@ -9,7 +9,7 @@
 // second after the cut, and the test failed at "the follower took the lock from a live leader".
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startCluster } from './cluster.js';
+import { startCluster } from './cluster-harness.js';
 import { fakeClock } from './fake-clock.js';
 import { LockWatch, onceClient, within } from './fencing-helpers.js';
 import { pollUntil } from './harness.js';

@@ -14,7 +14,7 @@ import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { startCluster } from './cluster.js';
+import { startCluster } from './cluster-harness.js';
 import { LockWatch, NO_LEADER, onceClient, within } from './fencing-helpers.js';
 import { pollUntil, tempDir } from './harness.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';

@@ -16,7 +16,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { startCluster } from './cluster.js';
+import { startCluster } from './cluster-harness.js';
 import { LockWatch, NO_LEADER, onceClient, within } from './fencing-helpers.js';
 import { localObjectStore, pollUntil, startKvs, tempDir } from './harness.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';

@@ -7,7 +7,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { startCluster, waitForLeader } from './cluster.js';
+import { startCluster, waitForLeader } from './cluster-harness.js';
 import { client, startKvs, status } from './harness.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');

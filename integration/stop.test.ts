@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import { localObjectStore, objectStoreArgs, startKvs, status, type Ctx } from './harness.js';
-import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { startCluster, waitForLeader, type ClusterNode } from './cluster-harness.js';
 import { rawClient, type RawCall } from './raw-client.js';
 
 const ROUNDS = 10;

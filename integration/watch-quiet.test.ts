@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { once } from 'node:events';
 import type { Etcd3, IKeyValue, WatchBuilder } from 'etcd3';
 import { client, freePort, onCleanup, pollUntil, startKvs, type Ctx } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { startCluster, waitForLeader } from './cluster-harness.js';
 import { scrape, value } from './metrics-scrape.js';
 
 /** Puts `prefix<n>` until the gateway at `metricsAddr` says it asked for quiet; returns the keys put. */

@@ -3,7 +3,7 @@
 // cluster for the peer port, three nodes unless asked (its peer ports are fuzzed, its client
 // ports serve the oracle).
 import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
-import { leaderEpoch, startCluster } from '../../integration/cluster.js';
+import { leaderEpoch, startCluster } from '../../integration/cluster-harness.js';
 import type { Case } from './cases.js';
 import { clientCase } from './client-cases.js';
 import { closeHttpGuard } from './http-guard.js';
@@ -17,7 +17,7 @@ export type TargetKind = 'client' | 'peer' | 'http';
  * How long a server has to answer or close a connection once the client is done. A connection
  * node:http2 stopped reading after its own error GOAWAY is closed only when a PING goes
  * unanswered: on the peer port by its keepalive (2 s + 3 s, services/peer/transport.ts), on the
- * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts). An HTTP/1.x
+ * client port by the gateway's idle probe (8-12 s, shared/grpc/server.ts). An HTTP/1.x
  * connection must be closed within HTTP_ANSWER_MS of the client half-closing it.
  */
 export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000, http: HTTP_ANSWER_MS };

@@ -7,7 +7,7 @@
 // process's read-only environment: it reads one read transaction, so it is consistent, it
 // does not block the storage process's writes, and it leaves free pages out.
 import { createHash } from 'node:crypto';
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';

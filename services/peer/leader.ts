@@ -10,7 +10,7 @@
 //    lock touch is younger than the liveness TTL minus a margin (the disconnected one can take
 //    over only after it saw the lock unchanged that long).
 // A refused touch means deposed: everything in flight fails and the term ends.
-import type { ServerCall } from '../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../shared/grpc/server.js';
 import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';

@@ -8,14 +8,14 @@ import type { Config } from '../../shared/config.js';
 import { clientUrl, socketPath } from '../../shared/config.js';
 import { createLogger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
-import { bindUnix, shutdown } from '../../shared/grpc/server.js';
-import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
-import { serveBatchStream } from '../../shared/grpc/batch-stream.js';
+import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
+import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/server.js';
+import { serveBatchStream } from '../../shared/batch-link/serve.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import { Errors, type EtcdError } from '../../shared/errors.js';
-import { memberIdOf } from '../../shared/cluster.js';
+import { memberIdOf } from '../../shared/membership.js';
 import type { Member } from './state.js';
 import { PeerNode } from './peer-node.js';
 import { listenPeer, peerCredentials } from './transport.js';
@@ -42,7 +42,7 @@ export async function runPeer(cfg: Config): Promise<void> {
   const node = new PeerNode(cfg, self, store, creds, log);
 
   // This node's storage, gateway and archiver call in on our own gRPC server, as storage's
-  // (shared/grpc/http2-server.ts): a cluster put crosses Attach four times (twice on the
+  // (shared/grpc/server.ts): a cluster put crosses Attach four times (twice on the
   // leader, twice on each follower), and a follower's forwarded write crosses Forward twice.
   const agent = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   agent.addService(service('kvs.peer.Agent'), {

@@ -10,10 +10,10 @@ import type { Config } from '../../shared/config.js';
 import { socketPath } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
-import type { ServerCall } from '../../shared/grpc/http2-server.js';
-import type { BatchHandler, BatchResult } from '../../shared/grpc/batch-stream.js';
-import { BatchLink, storageLink } from '../../shared/grpc/batch-link.js';
-import { UnixH2Channel, type CallError } from '../../shared/grpc/h2-stream.js';
+import type { ServerCall } from '../../shared/grpc/server.js';
+import type { BatchHandler, BatchResult } from '../../shared/batch-link/serve.js';
+import { BatchLink, storageLink } from '../../shared/batch-link/link.js';
+import { UnixStreamChannel, type CallError } from '../../shared/grpc/stream-channel.js';
 import { reportState, requestCheckpointRestore } from '../../shared/component.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import { storedPosition } from '../../shared/objectstore/catalog.js';
@@ -44,7 +44,7 @@ export class PeerNode {
   leadership: Leadership | undefined;
   private following: Following | undefined;
   private contact: LeaderContact = { term: 0, at: -Infinity };
-  private local: { Write: BatchLink; Lease: BatchLink; channel: UnixH2Channel } | undefined;
+  private local: { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } | undefined;
   private remote: { leader: string; Write: BatchLink; Lease: BatchLink; channel: PeerChannel } | undefined;
   private readonly ttlMs: number;
   private readonly retryMs: number;
@@ -256,9 +256,9 @@ export class PeerNode {
   // ---- forwarding --------------------------------------------------------------------------
 
   /** This node's storage streams (the leader's side of a forwarded write). */
-  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: UnixH2Channel } {
+  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } {
     if (this.local) return this.local;
-    const channel = new UnixH2Channel(socketPath(this.cfg.dataDir, 'storage'));
+    const channel = new UnixStreamChannel(socketPath(this.cfg.dataDir, 'storage'));
     return (this.local = { Write: storageLink(channel, this.log, 'Write'), Lease: storageLink(channel, this.log, 'Lease'), channel });
   }
 

@@ -234,7 +234,7 @@ test('a follower below the free-space floor takes no replicated entries (nothing
   clock += 1000;
   follower.appendReplicated(records.slice(0, 2), 1);
   assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
-  // As storage takes a batch (cluster.ts): appended first (the ACK leaves), applied after.
+  // As storage takes a batch (peer-attach.ts): appended first (the ACK leaves), applied after.
   follower.appendReplicated(records.slice(2));
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [3, 1, 2], 'appended, not applied');
   follower.applyReplicated(5); // a commit position past what it holds applies what it holds

@@ -2,11 +2,11 @@
 // apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
 import type { Config } from '../../shared/config.js';
 import { clusterMode, socketPath } from '../../shared/config.js';
-import { clusterIdOf, memberIdOf } from '../../shared/cluster.js';
-import { PeerAttach } from './cluster.js';
+import { clusterIdOf, memberIdOf } from '../../shared/membership.js';
+import { PeerAttach } from './peer-attach.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
-import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
