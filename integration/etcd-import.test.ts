@@ -74,13 +74,13 @@ async function assertLeasesMatch(kvs: string, etcd: string, history: EtcdHistory
     const read = async (ep: string) => {
       const r = await etcdctl(ep, [...ROOT, 'lease', 'timetolive', hex, '--keys', '-w', 'json']);
       assert.equal(r.exitCode, 0, r.stderr);
-      return JSON.parse(r.stdout) as { grantedTTL: number; TTL: number; keys?: string[] };
+      return JSON.parse(r.stdout) as { 'granted-ttl': number; ttl: number; keys?: string[] };
     };
     const [k, e] = await Promise.all([read(kvs), read(etcd)]);
-    assert.equal(k.grantedTTL, ttl, `lease ${hex}'s granted TTL`);
-    assert.equal(k.grantedTTL, e.grantedTTL);
+    assert.equal(k['granted-ttl'], ttl, `lease ${hex}'s granted TTL`);
+    assert.equal(k['granted-ttl'], e['granted-ttl']);
     // etcd's restore gives every lease its full TTL again; so does kvs's.
-    assert.ok(k.TTL > 0 && k.TTL <= ttl, `lease ${hex}: remaining TTL ${k.TTL}`);
+    assert.ok(k.ttl > 0 && k.ttl <= ttl, `lease ${hex}: remaining TTL ${k.ttl}`);
     assert.deepEqual((k.keys ?? []).map((b) => Buffer.from(b, 'base64').toString()).sort(), (e.keys ?? []).map((b) => Buffer.from(b, 'base64').toString()).sort(), `lease ${hex}'s keys`);
   }
 }
