@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { fileSource } from '../shared/bbolt/read.js';
 import { EtcdSnapshot, type EtcdChange } from '../shared/etcd-snapshot/read.js';
 import { MAX_KEY_BYTES, META, openMvcc, type MvccDb } from '../shared/mvcc/schema.js';
-import { EVENT_DELETE, EVENT_PUT, keyRevValue, revKey } from '../shared/mvcc/revision.js';
+import { EVENT_DELETE, EVENT_PUT, REF_BYTES, REVKEY_BYTES, keyRevValue, revKey } from '../shared/mvcc/revision.js';
 import { encodeKeyValue, EMPTY } from '../shared/mvcc/keyvalue.js';
 import { encodeGrant, leaseKey, MIN_LEASE_TTL } from '../shared/mvcc/leases.js';
 import { liveCount } from '../shared/mvcc/keyindex.js';
@@ -112,7 +112,13 @@ const EMPTY_VALUE = Buffer.alloc(0);
  * returns what the derived tables need: the keys whose newest change is a deletion, and the
  * lease of each key whose newest change is a put with one (keys as latin1 strings).
  */
-function writeHistory(db: MvccDb, changes: Generator<EtcdChange>): { head: number; changes: number; keyLeases: Map<string, bigint>; deleted: Set<string> } {
+function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: number; changes: number; keyLeases: Map<string, bigint>; deleted: Set<string> } {
+  // Records go in uncompressed: LZ4 against the dictionary costs several times the rest of an
+  // import per record, and the layout reads uncompressed records beside compressed ones
+  // (shared/mvcc/schema.ts); what kvs writes later is compressed as usual.
+  const history = db.env.openDB<Buffer, Buffer>({ name: 'history', encoding: 'binary', keyEncoding: 'binary' });
+  const revKeyScratch = Buffer.alloc(REVKEY_BYTES);
+  const refScratch = Buffer.alloc(REF_BYTES);
   const keyLeases = new Map<string, bigint>();
   const deleted = new Set<string>();
   let head = 0;
@@ -120,33 +126,38 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange>): { head: numbe
   let done = false;
   while (!done) {
     db.env.transactionSync(() => {
-      for (let i = 0; i < BATCH; i++) {
+      for (let n = 0; n < BATCH; ) {
         const next = changes.next();
         if (next.done) {
           done = true;
           return;
         }
-        const c = next.value;
-        if (c.key.length > MAX_KEY_BYTES) {
-          throw new Error(`key ${JSON.stringify(c.key.subarray(0, 64).toString('utf8'))}… (revision ${c.main}) is ${c.key.length} bytes, longer than the ${MAX_KEY_BYTES} bytes a kvs key can be; the restore was not made`);
+        for (const c of next.value) {
+          if (c.key.length > MAX_KEY_BYTES) {
+            throw new Error(`key ${JSON.stringify(c.key.subarray(0, 64).toString('utf8'))}… (revision ${c.main}) is ${c.key.length} bytes, longer than the ${MAX_KEY_BYTES} bytes a kvs key can be; the restore was not made`);
+          }
+          // kvs's tombstones carry their mod_revision (shared/mvcc/schema.ts).
+          const kv = c.tombstone ? encodeKeyValue({ key: c.key, createRevision: 0, modRevision: c.main, version: 0, value: EMPTY, lease: 0n }) : c.kv;
+          // Scratch buffers: putSync copies them into LMDB before it returns.
+          const rk = revKey(c.main, c.sub, revKeyScratch);
+          // Revisions come in order (the reader checks), so every record is an append.
+          if (!(history.putSync(rk, kv, APPEND) as unknown as boolean)) throw new Error(`kvs: history refused revision ${c.main}_${c.sub} out of order`);
+          db.keyrevs.putSync(c.key, keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT, refScratch));
+          // The key as a string only when a table needs it (most puts need neither).
+          if (c.tombstone) {
+            const k = c.key.toString('latin1');
+            deleted.add(k);
+            keyLeases.delete(k);
+          } else if (c.lease !== 0n || deleted.size || keyLeases.size) {
+            const k = c.key.toString('latin1');
+            deleted.delete(k);
+            if (c.lease !== 0n) keyLeases.set(k, c.lease);
+            else keyLeases.delete(k);
+          }
+          head = c.main;
         }
-        // kvs's tombstones carry their mod_revision (shared/mvcc/schema.ts).
-        const kv = c.tombstone ? encodeKeyValue({ key: c.key, createRevision: 0, modRevision: c.main, version: 0, value: EMPTY, lease: 0n }) : c.kv;
-        const rk = revKey(c.main, c.sub);
-        // Revisions come in order (the reader checks), so every record is an append.
-        if (!(db.history.putSync(rk, kv, APPEND) as unknown as boolean)) throw new Error(`kvs: history refused revision ${c.main}_${c.sub} out of order`);
-        db.keyrevs.putSync(c.key, keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT));
-        const k = c.key.toString('latin1');
-        if (c.tombstone) {
-          deleted.add(k);
-          keyLeases.delete(k);
-        } else {
-          deleted.delete(k);
-          if (c.lease !== 0n) keyLeases.set(k, c.lease);
-          else keyLeases.delete(k);
-        }
-        head = c.main;
-        count++;
+        n += next.value.length;
+        count += next.value.length;
       }
     });
   }

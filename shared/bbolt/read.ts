@@ -169,7 +169,7 @@ interface Page {
 
 export class BoltDb {
   readonly meta: BoltMeta;
-  private readonly free: Set<number>;
+  private free = new Set<number>();
 
   constructor(private readonly src: PageSource) {
     const first = readMeta(src, 0, 'meta page 0');
@@ -238,55 +238,67 @@ export class BoltDb {
     return new Bucket(this, this.meta.root, undefined, 'the root bucket');
   }
 
-  /** @internal: the entries of the tree at `root` (or of an inline page), in key order. */
-  *walk(root: number, inline: Buffer | undefined, name: string): Generator<BoltEntry> {
+  /**
+   * @internal: the entries of the tree at `root` (or of an inline page), in key order, one leaf
+   * page at a time (a walk over millions of entries costs one generator step per page).
+   */
+  *walk(root: number, inline: Buffer | undefined, name: string): Generator<BoltEntry[]> {
     if (inline) {
-      yield* this.leafEntries({ id: 0, flags: inline.length >= PAGE_HEADER ? inline.readUInt16LE(8) : 0, count: inline.length >= PAGE_HEADER ? inline.readUInt16LE(10) : 0, buf: inline }, `${name} (inline)`);
+      const head = inline.length >= PAGE_HEADER;
+      yield leafEntries({ id: 0, flags: head ? inline.readUInt16LE(8) : 0, count: head ? inline.readUInt16LE(10) : 0, buf: inline }, `${name} (inline)`);
       return;
     }
     // Each page of a tree is reached once; a page met again is a loop or two trees sharing it.
     const seen = new Set<number>();
     let last: Buffer | undefined;
-    const visit = function* (this: BoltDb, id: number, from: string, depth: number): Generator<BoltEntry> {
-      if (depth > MAX_DEPTH) throw new BoltError(`${name}'s tree is deeper than ${MAX_DEPTH} levels at page ${id}: its pages form a loop`);
+    // The branch pages on the way down, with the next child to visit of each.
+    const stack: { page: Page; next: number }[] = [];
+    let id = root;
+    let from = `${name}'s root`;
+    for (;;) {
+      if (stack.length > MAX_DEPTH) throw new BoltError(`${name}'s tree is deeper than ${MAX_DEPTH} levels at page ${id}: its pages form a loop`);
       if (seen.has(id)) throw new BoltError(`${name}'s tree reaches page ${id} twice (from ${from}): its pages form a loop`);
       seen.add(id);
       const p = this.page(id, from);
       if (p.flags & FLAG_LEAF) {
-        for (const e of this.leafEntries(p, name)) {
+        const entries = leafEntries(p, `${name}'s leaf page ${id}`);
+        for (const e of entries) {
           if (last && Buffer.compare(last, e.key) >= 0) throw new BoltError(`${name}'s keys are out of order at page ${id}: the tree is damaged`);
           last = e.key;
-          yield e;
         }
+        if (entries.length) yield entries;
       } else if (p.flags & FLAG_BRANCH) {
         checkElements(p, `${name}'s branch page ${id}`);
         if (p.count === 0) throw new BoltError(`${name}'s branch page ${id} has no children`);
-        for (let i = 0; i < p.count; i++) {
-          const at = PAGE_HEADER + i * ELEMENT;
-          const child = u64(p.buf, at + 8, `a child of page ${id}`);
-          yield* visit.call(this, child, `page ${id}`, depth + 1);
-        }
+        stack.push({ page: p, next: 0 });
       } else {
         throw new BoltError(`${name}'s tree reaches page ${id} (from ${from}), a ${pageKind(p.flags)} page`);
       }
-    };
-    yield* visit.call(this, root, `${name}'s root`, 0);
-  }
-
-  private *leafEntries(p: Page, name: string): Generator<BoltEntry> {
-    const where = p.id ? `${name}'s leaf page ${p.id}` : name;
-    if (p.buf.length < PAGE_HEADER || (p.flags & FLAG_LEAF) === 0) throw new BoltError(`${where} is not a leaf page (${pageKind(p.flags)})`);
-    checkElements(p, where);
-    for (let i = 0; i < p.count; i++) {
-      const at = PAGE_HEADER + i * ELEMENT;
-      const flags = p.buf.readUInt32LE(at);
-      const kStart = at + p.buf.readUInt32LE(at + 4);
-      const kEnd = kStart + p.buf.readUInt32LE(at + 8);
-      const vEnd = kEnd + p.buf.readUInt32LE(at + 12);
-      if (vEnd > p.buf.length) throw new BoltError(`${where}: element ${i}'s key or value runs past the page's end`);
-      yield { key: p.buf.subarray(kStart, kEnd), value: p.buf.subarray(kEnd, vEnd), isBucket: (flags & BUCKET_LEAF_FLAG) !== 0 };
+      // The next child: of the deepest branch that has one left.
+      while (stack.length && stack[stack.length - 1]!.next >= stack[stack.length - 1]!.page.count) stack.pop();
+      const top = stack[stack.length - 1];
+      if (!top) return;
+      id = u64(top.page.buf, PAGE_HEADER + top.next * ELEMENT + 8, `a child of page ${top.page.id}`);
+      from = `page ${top.page.id}`;
+      top.next++;
     }
   }
+}
+
+function leafEntries(p: Page, where: string): BoltEntry[] {
+  if (p.buf.length < PAGE_HEADER || (p.flags & FLAG_LEAF) === 0) throw new BoltError(`${where} is not a leaf page (${pageKind(p.flags)})`);
+  checkElements(p, where);
+  const out: BoltEntry[] = new Array(p.count);
+  for (let i = 0; i < p.count; i++) {
+    const at = PAGE_HEADER + i * ELEMENT;
+    const flags = p.buf.readUInt32LE(at);
+    const kStart = at + p.buf.readUInt32LE(at + 4);
+    const kEnd = kStart + p.buf.readUInt32LE(at + 8);
+    const vEnd = kEnd + p.buf.readUInt32LE(at + 12);
+    if (vEnd > p.buf.length) throw new BoltError(`${where}: element ${i}'s key or value runs past the page's end`);
+    out[i] = { key: p.buf.subarray(kStart, kEnd), value: p.buf.subarray(kEnd, vEnd), isBucket: (flags & BUCKET_LEAF_FLAG) !== 0 };
+  }
+  return out;
 }
 
 function checkElements(p: Page, where: string): void {
@@ -316,9 +328,14 @@ export class Bucket {
     readonly name: string,
   ) {}
 
-  /** Every entry, nested buckets included, in key order. */
-  entries(): Generator<BoltEntry> {
+  /** Every entry, nested buckets included, in key order, a leaf page's entries at a time. */
+  pages(): Generator<BoltEntry[]> {
     return this.db.walk(this.rootPage, this.inline, this.name);
+  }
+
+  /** Every entry, nested buckets included, in key order. */
+  *entries(): Generator<BoltEntry> {
+    for (const page of this.pages()) yield* page;
   }
 
   /** The key/value pairs that are not buckets. */
