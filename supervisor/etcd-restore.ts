@@ -82,7 +82,7 @@ export async function restoreEtcd(file: string, length: number, stagingDir: stri
         }
         db.meta.putSync(META.appliedIndex, 0);
       });
-      if (detached) notes.push(`${detached} keys name a lease the snapshot does not hold; as on etcd they are kept, attached to no lease`);
+      if (detached) notes.push(`${detached} ${detached === 1 ? 'key names a lease' : 'keys name leases'} the snapshot does not hold; as on etcd, kept and attached to no lease`);
       await new Promise<void>((resolve, reject) =>
         (db.env as unknown as { sync(cb: (err?: Error) => void): void }).sync((err) => (err ? reject(err) : resolve())),
       );
