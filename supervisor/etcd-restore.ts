@@ -119,6 +119,7 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: num
   const history = db.env.openDB<Buffer, Buffer>({ name: 'history', encoding: 'binary', keyEncoding: 'binary' });
   const revKeyScratch = Buffer.alloc(REVKEY_BYTES);
   const refScratch = Buffer.alloc(REF_BYTES);
+  let maxKey = Buffer.alloc(0);
   const keyLeases = new Map<string, bigint>();
   const deleted = new Set<string>();
   let head = 0;
@@ -142,7 +143,15 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: num
           const rk = revKey(c.main, c.sub, revKeyScratch);
           // Revisions come in order (the reader checks), so every record is an append.
           if (!(history.putSync(rk, kv, APPEND) as unknown as boolean)) throw new Error(`kvs: history refused revision ${c.main}_${c.sub} out of order`);
-          db.keyrevs.putSync(c.key, keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT, refScratch));
+          const ref = keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT, refScratch);
+          // A key above every key so far is appended (LMDB skips the search; keys created in
+          // ascending order, as a bulk load often makes them, all are); others are inserted.
+          if (c.key.compare(maxKey) > 0) {
+            if (!(db.keyrevs.putSync(c.key, ref, APPEND) as unknown as boolean)) throw new Error(`kvs: the key index refused key ${c.key.toString('hex')} as its last`);
+            maxKey = Buffer.from(c.key);
+          } else {
+            db.keyrevs.putSync(c.key, ref);
+          }
           // The key as a string only when a table needs it (most puts need neither).
           if (c.tombstone) {
             const k = c.key.toString('latin1');

@@ -7,7 +7,7 @@ import { BoltError, openBolt, type Bucket, type PageSource } from '../bbolt/read
 import { decodeKeyValue, encodeKeyValue, keyValueSize, writeKeyValue, EMPTY, type KeyValue } from '../mvcc/keyvalue.js';
 import { decode } from '../proto/index.js';
 import { decodeRole, decodeUser, type Role, type User } from '../auth/tables.js';
-import { AUTH_KEY, BUCKET, KNOWN_BUCKETS, META_KEY, decodeRevisionKey, type EtcdRevision } from './schema.js';
+import { AUTH_KEY, BUCKET, KNOWN_BUCKETS, META_KEY, REVISION_KEY_BYTES, decodeRevisionKey, type EtcdRevision } from './schema.js';
 
 export class EtcdSnapshotError extends Error {
   constructor(message: string) {
@@ -118,6 +118,21 @@ function canonicalKeyValue(value: Buffer, where: string): { kv: KeyValue; bytes:
   return { kv, bytes: encodeKeyValue(kv) };
 }
 
+const TWO_32 = 2 ** 32;
+
+/** decodeRevisionKey of buf[start, end), without a copy; the 8-byte halves read as two 32-bit words. */
+function revisionAt(buf: Buffer, start: number, end: number): EtcdRevision | string {
+  const n = end - start;
+  if ((n !== REVISION_KEY_BYTES && n !== REVISION_KEY_BYTES + 1) || buf[start + 8] !== 0x5f || (n === REVISION_KEY_BYTES + 1 && buf[start + 17] !== 0x74)) {
+    return decodeRevisionKey(buf.subarray(start, end)) as string;
+  }
+  const mainHi = buf.readUInt32BE(start);
+  const subHi = buf.readUInt32BE(start + 9);
+  // Above 2^53 (or negative, as etcd's int64) is refused by decodeRevisionKey's message.
+  if (mainHi >= 0x200000 || subHi >= 0x200000) return decodeRevisionKey(buf.subarray(start, end));
+  return { main: mainHi * TWO_32 + buf.readUInt32BE(start + 4), sub: subHi * TWO_32 + buf.readUInt32BE(start + 13), tombstone: n === REVISION_KEY_BYTES + 1 };
+}
+
 /** One record of the key bucket, checked. */
 function change(r: EtcdRevision, value: Buffer): EtcdChange {
   const where = `key bucket, revision ${r.main}_${r.sub}${r.tombstone ? ' (deletion)' : ''}`;
@@ -182,23 +197,26 @@ export class EtcdSnapshot {
 
   /** Every stored change in revision order (the `key` bucket), each checked, a leaf page's worth at a time. */
   *changes(): Generator<EtcdChange[]> {
-    const pages = this.bucket(BUCKET.key)!.pages();
+    const leaves = this.bucket(BUCKET.key)!.leaves();
     let last = -1;
     let lastSub = -1;
     for (;;) {
-      const next = this.guard(() => pages.next());
+      const next = this.guard(() => leaves.next());
       if (next.done) return;
-      const out: EtcdChange[] = new Array(next.value.length);
-      let i = 0;
-      for (const e of next.value) {
-        const r = decodeRevisionKey(e.key);
-        if (typeof r === 'string') throw new EtcdSnapshotError(`key bucket: ${r} (key ${e.key.toString('hex')})`);
-        if (e.isBucket) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: a bucket where a record was expected`);
+      const { buf, count, at, bucket } = next.value;
+      const out: EtcdChange[] = new Array(count);
+      for (let i = 0; i < count; i++) {
+        const kStart = at[3 * i]!;
+        const kEnd = at[3 * i + 1]!;
+        // The revision key read in place (an object and a copy per record would add up).
+        const r = revisionAt(buf, kStart, kEnd);
+        if (typeof r === 'string') throw new EtcdSnapshotError(`key bucket: ${r} (key ${buf.toString('hex', kStart, kEnd)})`);
+        if (bucket[i]) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: a bucket where a record was expected`);
         if (r.main < 1 || r.main > MAX_MAIN || r.sub > MAX_SUB) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: the revision is out of the range kvs stores`);
         if (r.main === last && r.sub === lastSub) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: the revision is stored twice`);
         last = r.main;
         lastSub = r.sub;
-        out[i++] = change(r, e.value);
+        out[i] = change(r, buf.subarray(kEnd, at[3 * i + 2]));
       }
       yield out;
     }
