@@ -35,8 +35,9 @@ export interface EtcdRestoreResult {
   notes: string[];
 }
 
-/** Changes written per LMDB transaction (the database is not live: this only bounds memory). */
+/** Changes, and record bytes, written per LMDB transaction (the database is not live: this only bounds memory). */
 const BATCH = 20_000;
+const BATCH_BYTES = 64 << 20;
 const APPEND = { append: true };
 
 /** Fills the (new, empty) database under `stagingDir` from the etcd backend in the first `length` bytes of `file`. */
@@ -127,7 +128,7 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: num
   let done = false;
   while (!done) {
     db.env.transactionSync(() => {
-      for (let n = 0; n < BATCH; ) {
+      for (let n = 0, bytes = 0; n < BATCH && bytes < BATCH_BYTES; ) {
         const next = changes.next();
         if (next.done) {
           done = true;
@@ -164,6 +165,7 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: num
             else keyLeases.delete(k);
           }
           head = c.main;
+          bytes += kv.length;
         }
         n += next.value.length;
         count += next.value.length;
