@@ -204,6 +204,17 @@ test('snapshot restore refuses a damaged etcd snapshot and writes nothing', asyn
     b.writeBigUInt64LE(1n, branch * pageSize + 16 + 16 + 8);
   });
 
+  // With its SHA-256 trailer: a flipped byte deep in the file is reported as the hash mismatch,
+  // also when the reader would have read the file through.
+  const flipped = Buffer.from(bytes);
+  flipped[bytes.length - 32 - 5000] ^= 0x01;
+  const corrupt = path.join(dir, 'corrupt.db');
+  writeFileSync(corrupt, flipped);
+  const rc = await kvsCli(['snapshot', 'restore', corrupt, '--data-dir', path.join(dir, 'corrupt-restored')]);
+  assert.equal(rc.exitCode, 2, rc.stdout);
+  assert.match(rc.stderr, /^kvs: snapshot .*corrupt\.db is corrupt: expected sha256 [0-9a-f]{64}, got [0-9a-f]{64}$/);
+  assert.equal(existsSync(path.join(dir, 'corrupt-restored')), false);
+
   for (const [name, b, re] of cases) {
     const f = path.join(dir, name.replace(/ /g, '-'));
     writeFileSync(f, b);
