@@ -55,6 +55,8 @@ export async function restoreEtcd(file: string, length: number, stagingDir: stri
     // etcd resumes an interrupted compaction at start (mvcc/kvstore.go restore); kvs resumes
     // the physical removal of what it makes unreachable the same way (compactedThrough).
     const compact = Math.max(finished, scheduled);
+    const checkpointed = leases.filter((l) => l.remainingTTL > 0).length;
+    if (checkpointed) notes.push(`${checkpointed} leases had a checkpointed remaining TTL; like every lease they start their full TTL when the node starts`);
 
     const db = openMvcc(stagingDir, { readOnly: false });
     try {
