@@ -178,7 +178,7 @@ prog
   .command('snapshot restore <file>')
   .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs or etcd 3.4/3.5, or a copied etcd member/snap/db (checks its sha256)')
   .option('--data-dir', 'The data directory to create (env KVS_DATA_DIR, default ./kvs-data); it must not hold a database yet')
-  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db)', false)
+  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db); a trailer is then not checked, as etcd', false)
   .example('snapshot restore backup.db --data-dir ./restored')
   .action(async (file: string, opts: Record<string, unknown>) => {
     try {
