@@ -192,6 +192,11 @@ export interface EtcdFixture {
   valueBytes: number;
   /** Compact to this revision (its physical compaction done: older versions left out). */
   compact?: number;
+  /**
+   * With `compact`: the compaction was interrupted, finished only up to this revision (etcd
+   * stores both in meta): versions superseded in (this, compact] are still there.
+   */
+  compactFinished?: number;
   leases?: { id: bigint; ttl: number }[];
   users?: User[];
   roles?: Role[];
@@ -214,12 +219,13 @@ export function writeEtcdFixture(sink: PageSink, f: EtcdFixture): number {
   const key = f.key ?? ((i: number) => Buffer.from(`key/${String(i).padStart(8, '0')}`));
   const value = f.value ?? ((i: number, r: number) => Buffer.alloc(f.valueBytes, (i + r) % 251));
   const compact = f.compact ?? 0;
+  const removedThrough = f.compactFinished ?? compact;
   const changes = function* (): Generator<[Buffer, Buffer]> {
     for (let r = 0; r < f.revisions; r++) {
       for (let i = 0; i < f.keys; i++) {
         const main = fixtureRevision(f, i, r);
         // Compacted away: an older version superseded at or below the compact revision.
-        if (r + 1 < f.revisions && fixtureRevision(f, i, r + 1) <= compact) continue;
+        if (r + 1 < f.revisions && fixtureRevision(f, i, r + 1) <= removedThrough) continue;
         const kv = encodeKeyValue({ key: key(i), createRevision: fixtureRevision(f, i, 0), modRevision: main, version: r + 1, value: value(i, r), lease: 0n });
         yield [encodeRevisionKey(main, 0), kv];
       }
@@ -227,7 +233,7 @@ export function writeEtcdFixture(sink: PageSink, f: EtcdFixture): number {
   };
   const meta: [Buffer, Buffer][] = [[Buffer.from(META_KEY.consistentIndex), encodeUint64(f.keys * f.revisions + 10)], ...(f.extraMeta ?? [])];
   if (compact) {
-    meta.push([Buffer.from(META_KEY.finishedCompactRev), encodeRevisionKey(compact, 0)]);
+    meta.push([Buffer.from(META_KEY.finishedCompactRev), encodeRevisionKey(removedThrough, 0)]);
     meta.push([Buffer.from(META_KEY.scheduledCompactRev), encodeRevisionKey(compact, 0)]);
   }
   meta.sort((a, b) => Buffer.compare(a[0], b[0]));
