@@ -15,7 +15,8 @@ import { performance } from 'node:perf_hooks';
 import { openMvcc, META } from '../shared/mvcc/schema.js';
 import { createLogger } from '../shared/log.js';
 import { encode } from '../shared/proto/index.js';
-import { Engine, Op, type WriteResult } from '../services/storage/engine.js';
+import { Engine, type WriteResult } from '../services/storage/engine.js';
+import { Op } from '../shared/storage/ops.js';
 import { writeHistory } from '../integration/history-fixture.js';
 
 const revisions = Number(process.argv[2] ?? 1_000_000);

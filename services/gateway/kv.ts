@@ -11,7 +11,7 @@ import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
 import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { NodeInfo } from './node-info.js';
-import { Op } from '../storage/engine.js';
+import { Op } from '../../shared/storage/ops.js';
 import type { GatewaySpans } from './spans.js';
 import type { AuthGate } from './auth/gate.js';
 import { guardedForward, writeChecks } from './auth/guard.js';

@@ -8,7 +8,7 @@ import { service } from '../../shared/proto/index.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { OpenStreams } from '../../shared/grpc/server.js';
 import { forward, toServiceError } from './kv.js';
-import { Op } from '../storage/engine.js';
+import { Op } from '../../shared/storage/ops.js';
 import type { AuthGate } from './auth/gate.js';
 import { guardedForward, writeChecks } from './auth/guard.js';
 import { checked, keepAliveCheck, leaseLeasesCheck, leaseTimeToLiveCheck } from './auth/wrap.js';

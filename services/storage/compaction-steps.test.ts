@@ -8,7 +8,8 @@ import { compactionPending } from '../../shared/mvcc/history.js';
 import { createLogger } from '../../shared/log.js';
 import { encode } from '../../shared/proto/index.js';
 import { writeHistory } from '../../integration/history-fixture.js';
-import { Engine, Op, type WriteResult } from './engine.js';
+import { Engine, type WriteResult } from './engine.js';
+import { Op } from '../../shared/storage/ops.js';
 
 const log = createLogger('test', 'silent');
 

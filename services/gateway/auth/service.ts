@@ -17,7 +17,7 @@ import type { Logger } from '../../../shared/log.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import type { NodeInfo } from '../node-info.js';
 import { toServiceError } from '../kv.js';
-import { Op } from '../../storage/engine.js';
+import { Op } from '../../../shared/storage/ops.js';
 import type { AuthGate, Caller } from './gate.js';
 import { Lockout } from './lockout.js';
 import { checkPassword, hashPassword } from './passwords.js';
