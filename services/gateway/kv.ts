@@ -8,7 +8,7 @@ import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { encodedRange } from '../../shared/mvcc/range.js';
 import { rangeResponseRecycler } from '../../shared/mvcc/responses.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
-import { rangeParams, type RangeRequest } from '../storage/mvcc/execute.js';
+import { rangeParams, type RangeRequest } from '../../shared/mvcc/requests.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { NodeInfo } from './node-info.js';
 import { Op } from '../../shared/storage/ops.js';

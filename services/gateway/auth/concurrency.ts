@@ -19,7 +19,8 @@ import type { OpGuard } from '../concurrency/backend.js';
 import { decode } from '../../../shared/proto/index.js';
 import { Errors } from '../../../shared/errors.js';
 import { checkDeleteRange, checkTxn } from '../../../shared/auth/requests.js';
-import { checkIntervals, checkTxnRequest, type DeleteRangeRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
+import { checkIntervals, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
+import type { DeleteRangeRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
 
 type Check = (caller: Caller, call: ServerCall<any, any>) => void;
 
