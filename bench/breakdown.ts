@@ -13,13 +13,13 @@ import { parseArgs } from 'node:util';
 import { encode, service } from '../shared/proto/index.js';
 import { monotonicMicros, readStageFiles } from '../shared/stages.js';
 import { headerRevision } from '../services/gateway/cluster.js';
-import { KvClient } from './kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { key, VALUE_BYTES, value } from './keys.js';
 import { cleanup, ensureEtcd, startEtcd, startKvs, type Server } from './servers.js';
 import { startCluster, type BenchCluster } from './cluster.js';
 import { formatBreakdown, joinBreakdown, type Breakdown, type ClientPut, type Summary } from './breakdown-join.js';
 import { percentile } from './stats.js';
-import { processCosts, processName, sampleProcesses, type ProcessCost } from './proc.js';
+import { processCosts, processName, sampleProcesses, type ProcessCost } from '../testkit/proc.js';
 import { syscallStages, type SyscallStages } from './syscall-stages.js';
 import { perfUnavailable, SyscallRecording } from './syscall-trace.js';
 

@@ -17,7 +17,7 @@ import { createLogger } from '../shared/log.js';
 import { encode } from '../shared/proto/index.js';
 import { Engine, type WriteResult } from '../services/storage/engine.js';
 import { Op } from '../shared/storage/ops.js';
-import { writeHistory } from '../integration/history-fixture.js';
+import { writeHistory } from '../testkit/history-fixture.js';
 
 const revisions = Number(process.argv[2] ?? 1_000_000);
 const keyCount = Number(process.argv[3] ?? 5_000);

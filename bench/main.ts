@@ -4,7 +4,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { CLIENT_KINDS, KvClient } from './kv-client.js';
+import { CLIENT_KINDS, KvClient } from '../testkit/kv-client.js';
 import { enableAuth } from './auth.js';
 import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
 import { LoadGenerator, type LoadClient } from './load.js';

@@ -2,7 +2,7 @@
 // integration tests' integration/s3-server.ts: monitor, memstore OSD, radosgw on loopback),
 // a fresh bucket for each kvs node.
 import { existsSync } from 'node:fs';
-import { startS3Server, type S3TestServer } from '../integration/s3-server.js';
+import { startS3Server, type S3TestServer } from '../testkit/s3-server.js';
 import type { KvsObjectStore } from './servers.js';
 
 export interface Rgw {

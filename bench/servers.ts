@@ -7,9 +7,9 @@ import { lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { KvClient } from './kv-client.js';
-import { etcdArgs, freePorts } from '../integration/loopback.js';
-import { processTree, pssBytes, rssBytes } from './proc.js';
+import { KvClient } from '../testkit/kv-client.js';
+import { etcdArgs, freePorts } from '../testkit/loopback.js';
+import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */

@@ -10,12 +10,12 @@
 //     shared/objectstore/failpoint.ts), so an outage can hit one node or all of them.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../integration/harness.js';
-import { FAST_FAILOVER } from '../integration/cluster.js';
-import { startS3Server } from '../integration/s3-server.js';
-import { KvClient } from '../bench/kv-client.js';
+import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../testkit/harness.js';
+import { FAST_FAILOVER } from '../testkit/node-cluster.js';
+import { startS3Server } from '../testkit/s3-server.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';
-import { TcpProxy, type ProxyMode } from './proxy.js';
+import { TcpProxy, type ProxyMode } from '../testkit/proxy.js';
 
 export type StoreKind = 'local' | 's3';
 

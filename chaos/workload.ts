@@ -12,7 +12,7 @@
 // is an unknown outcome: even `no leader` or `leader changed` can come after the entry reached
 // a follower that later leads and applies it (docs/cluster.md, staged entries).
 import type { KvOperation, AppendAttempt } from './check/index.js';
-import { KvClient } from '../bench/kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { decode, encode } from '../shared/proto/index.js';
 import { service } from '../shared/proto/index.js';
 

@@ -6,7 +6,7 @@ import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
 import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, localObjectStore, pollUntil, reservePort, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
-import { TcpProxy } from '../chaos/proxy.js';
+import { TcpProxy } from './proxy.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
 export const FAST_FAILOVER = ['--follower-retry-interval', '300ms', '--follower-max-retries', '3', '--leader-liveness-ttl', '1500ms'];
