@@ -15,7 +15,8 @@ import { KvClient } from '../testkit/kv-client.js';
 import { key, value } from './keys.js';
 import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
-import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
+import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server } from './servers.js';
+import type { System } from './system.js';
 import type { ClusterControl } from './workload.js';
 import { TcpProxy } from '../testkit/proxy.js';
 

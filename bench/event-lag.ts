@@ -7,7 +7,8 @@ import { parseArgs } from 'node:util';
 import { decode, encode, num, service } from '../shared/proto/index.js';
 import { KvClient } from '../testkit/kv-client.js';
 import { value } from './keys.js';
-import { ensureEtcd, startServer, type System } from './servers.js';
+import { ensureEtcd, startServer } from './servers.js';
+import type { System } from './system.js';
 import { percentile } from './stats.js';
 import { WatchStream } from './watch-stream.js';
 

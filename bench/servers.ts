@@ -11,13 +11,12 @@ import { KvClient } from '../testkit/kv-client.js';
 import { etcdArgs, freePorts } from '../testkit/loopback.js';
 import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
+import type { System } from './system.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const KVS_BIN = path.join(REPO_ROOT, 'bin', 'kvs.js');
 export const ETCD_BIN = '/usr/bin/etcd';
-
-export type System = 'kvs' | 'etcd';
 
 export interface DiskUsage {
   /** Allocated bytes (as du counts them). */

@@ -86,6 +86,49 @@ test('no import crosses a process boundary or runs back up from production into 
   assert.deepEqual(found, [], found.map((c) => `${c.file} imports ${c.imports}: ${c.rule}`).join('\n'));
 });
 
+/** The groups of files that import each other in a circle (type-only imports too), each sorted. */
+function circles(files: readonly SourceFile[]): string[][] {
+  const known = new Set(files.map((f) => f.rel));
+  const next = new Map(files.map((f) => [f.rel, imports(f.src).filter((i) => i.spec.startsWith('.')).map((i) => importedPath(f.rel, i.spec)).filter((t) => known.has(t))]));
+  // Tarjan's strongly connected components.
+  let counter = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const out: string[][] = [];
+  const visit = (v: string): void => {
+    index.set(v, counter);
+    low.set(v, counter++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v)!) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) === index.get(v)) {
+      const group: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        group.push(w);
+      } while (w !== v);
+      if (group.length > 1) out.push(group.sort());
+    }
+  };
+  for (const f of files) if (!index.has(f.rel)) visit(f.rel);
+  return out;
+}
+
+test('no files import each other in a circle', () => {
+  assert.deepEqual(circles(sourceFiles(TOP)), []);
+  const q = (spec: string) => 'import type { T } from @;'.replace('@', `'${spec}'`);
+  assert.deepEqual(circles([{ rel: 'shared/a.ts', src: q('./b.js') }, { rel: 'shared/b.ts', src: q('./c.js') }, { rel: 'shared/c.ts', src: q('./a.js') }, { rel: 'shared/d.ts', src: q('./a.js') }]), [['shared/a.ts', 'shared/b.ts', 'shared/c.ts']]);
+});
+
 /** A line of source importing `spec`: written with `@` for the quoted specifier, so that this file itself holds no such import. */
 const line = (form: string, spec: string): string => form.replace('@', `'${spec}'`);
 const one = (rel: string, form: string, spec: string): Crossing[] => crossings([{ rel, src: line(form, spec) }]);

@@ -14,7 +14,8 @@
 // etcd's later releases). A request etcd's validation refuses (an empty key) is left to
 // storage, which answers it as etcd does, before the token is even looked at.
 import type { ServerCall } from '../../../shared/grpc/http2-server.js';
-import type { AuthGate, CallLike, Caller } from './gate.js';
+import type { AuthGate, Caller } from './gate.js';
+import type { CallLike } from './credentials.js';
 import type { OpGuard } from '../concurrency/backend.js';
 import { decode } from '../../../shared/proto/index.js';
 import { Errors } from '../../../shared/errors.js';

@@ -10,7 +10,7 @@ import { checkDeleteRange, checkPut, checkTxn } from '../../../shared/auth/reque
 import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
 import type { DeleteRangeRequest, PutRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
-import { toServiceError } from '../kv.js';
+import { toServiceError } from '../service-error.js';
 import type { AuthGate, Caller } from './gate.js';
 import type { GatewaySpans } from '../spans.js';
 

@@ -16,7 +16,7 @@ import * as M from '../../../shared/metrics.js';
 import type { Logger } from '../../../shared/log.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import type { NodeInfo } from '../node-info.js';
-import { toServiceError } from '../kv.js';
+import { toServiceError } from '../service-error.js';
 import { Op } from '../../../shared/storage/ops.js';
 import type { AuthGate, Caller } from './gate.js';
 import { Lockout } from './lockout.js';
