@@ -1,6 +1,6 @@
 // `npm run breakdown [-- flags]`: where the time of one serial put goes (issue 14). Starts a kvs
 // node (or a 3-node cluster) with KVS_STAGE_TRACE set, sends N puts one after the other through
-// the bench's plain HTTP/2 client (bench/h2-channel.ts), stamping send and receive itself, stops
+// the bench's plain HTTP/2 client (testkit/h2-channel.ts), stamping send and receive itself, stops
 // kvs (each component writes its stage file as it exits: shared/stages.ts), joins the files per
 // put and prints per stage the median and p99 of the time since the previous stage and since
 // the client sent the request; then each process's CPU and main-thread wake-ups per measured

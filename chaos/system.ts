@@ -1,4 +1,4 @@
-// The system under test: 1 or 3 real `kvs run` nodes (integration/harness.ts's startKvs) on one
+// The system under test: 1 or 3 real `kvs run` nodes (testkit/harness.ts's startKvs) on one
 // object store (a local directory, or Ceph RGW started like the integration tests do), with a
 // proxy (proxy.ts) in front of every port the harness wants to cut:
 //   - each node's peer port: the node listens on --peer-listen and advertises its proxy

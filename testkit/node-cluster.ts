@@ -20,7 +20,7 @@ export interface ClusterNode {
   readonly endpoint: string;
   /** A client of this node alone. */
   readonly client: Etcd3;
-  /** With `peerProxies`: the proxy the node advertises as its peer address (chaos/proxy.ts). */
+  /** With `peerProxies`: the proxy the node advertises as its peer address (testkit/proxy.ts). */
   readonly peerProxy?: TcpProxy;
 }
 
@@ -57,7 +57,7 @@ export interface TestCluster {
 export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
   const objectStore = opts.store ? undefined : (opts.objectStore ?? (await localObjectStore(t, 'cluster/')));
   const nodes: ClusterNode[] = [];
-  // Supervisor pid -> node id: how a proxy tells which node dialed (chaos/owner.ts).
+  // Supervisor pid -> node id: how a proxy tells which node dialed (testkit/owner.ts).
   const sources = (): ReadonlyMap<number, string> => new Map(nodes.map((n) => [n.kvs.pid, n.id]));
   const add = async (id: string, args: string[] = []): Promise<ClusterNode> => {
     let peerProxy: TcpProxy | undefined;
