@@ -4,6 +4,7 @@
 // `[text](#anchor)`, `[text](../README.md)`), resolved from the page. Anchors are GitHub's:
 // the heading's text lowercased, punctuation dropped, each space a hyphen, `-1`, `-2`, ... for
 // repeats. Reads the sources, not dist/, so it runs from the compiled test as from the tree.
+// And the index, docs/README.md, must name every page under docs/.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -156,4 +157,20 @@ test('a missing page or heading is reported, with where it is named', () => {
 test('every docs link in the repository names a page and a heading that exist', () => {
   const broken = brokenLinks(ROOT);
   assert.ok(broken.length === 0, `${broken.length} broken links to docs (fix the link or the heading):\n${broken.join('\n')}`);
+});
+
+test('the index, docs/README.md, names every page under docs/', () => {
+  const index = fs.readFileSync(path.join(ROOT, 'docs', 'README.md'), 'utf8');
+  const linked = new Set(references('docs/README.md', index).map((r) => r.file));
+  const pages: string[] = [];
+  const walk = (dir: string): void => {
+    for (const e of fs.readdirSync(path.join(ROOT, dir), { withFileTypes: true })) {
+      const rel = `${dir}/${e.name}`;
+      if (e.isDirectory()) walk(rel);
+      else if (e.name.endsWith('.md') && rel !== 'docs/README.md') pages.push(rel);
+    }
+  };
+  walk('docs');
+  const missing = pages.filter((p) => !linked.has(p)).sort();
+  assert.deepEqual(missing, [], `docs/README.md lists no line for: ${missing.join(', ')}`);
 });
