@@ -263,7 +263,7 @@ export async function localObjectStore(): Promise<KvsObjectStore> {
  * generators as a service in its own cgroup does. Both systems must get the same: with kvs
  * alone detached (until 2026-11-28), etcd shared the load generators' group and kvs did not,
  * which cost kvs about a fifth of its par-put throughput under etcd's Go client, and etcd
- * about as much when it was the one detached (docs/benchmarks.md, "The same scheduling group").
+ * about as much when it was the one detached (docs/perf/scheduling-group.md).
  */
 export const SERVER_SESSION = true;
 

@@ -1,4 +1,4 @@
-// Peer TLS (docs/security.md, "Peer TLS"): with --peer-tls-ca/-cert/-key the peer port speaks
+// Peer TLS (docs/security.md#peer-tls): with --peer-tls-ca/-cert/-key the peer port speaks
 // mutual TLS 1.3 only, both directions. A cluster of such nodes works as any cluster; a node
 // without peer TLS, with a certificate of another CA or with an expired certificate cannot
 // join (it keeps trying and never follows, nor leads), and each side logs one clear line for

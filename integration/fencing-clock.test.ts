@@ -1,5 +1,6 @@
-// Fencing rule "No decision compares two machines' clocks" (docs/cluster.md, "Failover and the
-// safety rules"; the design's "Liveness and fencing"): a follower takes over only after it has
+// Fencing rule "No decision compares two machines' clocks"
+// (docs/cluster.md#failover-and-the-safety-rules; the design's "Liveness and fencing"): a
+// follower takes over only after it has
 // itself seen the lock unchanged (same ETag) for the liveness TTL on its own monotonic clock,
 // after its retries ran out — whatever its wall clock says about the lock's LastSeenNano.
 //

@@ -1,5 +1,5 @@
-// The fencing rules of the cluster (docs/cluster.md, "Safety rules"), each shown on real nodes
-// in the way that would break without it.
+// The fencing rules of the cluster (docs/cluster.md#failover-and-the-safety-rules), each shown
+// on real nodes in the way that would break without it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { etcdctl } from '../testkit/harness.js';

@@ -1,4 +1,4 @@
-// A short seeded run of the port fuzzers (chaos/fuzz, docs/reliability.md "Port fuzzing"): the
+// A short seeded run of the port fuzzers (chaos/fuzz, docs/reliability.md#port-fuzzing): the
 // client port of one node, in gRPC and then in HTTP/1.x (the JSON gateway), and the peer port
 // of a one-node cluster (its leader; `npm run fuzz` fuzzes a three-node cluster's). The seed
 // changes daily (printed: replay with `npm run fuzz -- --seed N --target T`, and `--case I` for

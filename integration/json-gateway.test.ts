@@ -108,7 +108,7 @@ describe('JSON gateway: clients that misbehave', () => {
     const [host, port] = node.endpoint.split(':');
     // A raw socket that sends the watch and then reads nothing: the kernel's buffers fill, then
     // the response stream needs draining, and the hub holds the watcher back (no buffering),
-    // as it does a slow gRPC watcher (docs/architecture.md, Watch).
+    // as it does a slow gRPC watcher (docs/architecture.md, "Watch": slow watchers).
     const socket = net.connect(Number(port), host);
     t.after(() => socket.destroy());
     await new Promise((resolve) => socket.once('connect', resolve));

@@ -15,7 +15,7 @@ import type { Rand } from './random.js';
 /**
  * 'open-after-goaway': the server sent GOAWAY with an error code, then neither closed the
  * connection nor read from it (RFC 9113 5.4.1: it MUST close it). node:http2 does this after
- * some connection errors (docs/reliability.md, Port fuzzing); counted apart from 'hung'.
+ * some connection errors (docs/reliability.md#port-fuzzing); counted apart from 'hung'.
  */
 export type Outcome = 'answered' | 'closed' | 'hung' | 'open-after-goaway';
 

@@ -60,8 +60,9 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
       cb(null, {});
     },
     Defragment(_call, cb) {
-      // A no-op (docs/architecture.md): LMDB reuses free pages itself, and shrinking the file
-      // would mean swapping it under two processes that map it.
+      // A no-op (docs/architecture.md#maintenance-servicesgatewaymaintenancets): LMDB reuses
+      // free pages itself, and shrinking the file would mean swapping it under two processes
+      // that map it.
       log.info('defragment requested: nothing to do (LMDB reuses free pages)');
       cb(null, {});
     },

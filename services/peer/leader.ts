@@ -486,7 +486,8 @@ export class Leadership {
   /**
    * Tells storage whether a connected follower runs on another machine (or one that does not
    * say): there a second batch in flight fills the leader's wait for the network, where on this
-   * machine it would take CPU the followers need (--write-pipeline auto; docs/cluster.md).
+   * machine it would take CPU the followers need (--write-pipeline auto;
+   * docs/cluster.md#two-batches-in-flight).
    */
   private sendPlacement(): void {
     const mine = this.o.self.hostId;

@@ -1,5 +1,5 @@
 // The peer port's listener against broken HTTP/2 (found by the port fuzzer when the port ran on
-// grpc-js, docs/reliability.md "Port fuzzing"): a Peer server behind listenPeer, as
+// grpc-js, docs/reliability.md#port-fuzzing): a Peer server behind listenPeer, as
 // services/peer/main.ts makes it, fed raw frames.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';

@@ -161,7 +161,8 @@ export class PeerAttach {
       }
       // A leader's batch: the leader waits for this append's ACK, not for the apply of what the
       // batch says is committed (an LMDB transaction and the watchers' feed). The ACK leaves
-      // first, the apply once it is on its way (docs/benchmarks.md, "ACK before apply").
+      // first, the apply once it is on its way (docs/perf/cluster.md#levers-on-the-cluster-path,
+      // "ACK before apply").
       e.appendReplicated(records);
       const sent = new Promise<void>((resolve) => {
         const late = setTimeout(resolve, 20); // a stream that broke may never call back

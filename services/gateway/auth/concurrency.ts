@@ -3,7 +3,8 @@
 // Maintenance follows etcd's later releases: Status and listing alarms need a user, the rest
 // (Defragment, Hash, HashKV, MoveLeader, Snapshot, alarm changes) the root role.
 //
-// Lock and Election run etcd's recipes in the gateway (docs/architecture.md). etcd 3.4 runs them
+// Lock and Election run etcd's recipes in the gateway
+// (docs/architecture.md#lock-and-election-servicesgatewayconcurrency). etcd 3.4 runs them
 // on an embedded client that carries the caller's token (v3lock, v3election), so every Txn,
 // DeleteRange, Range and watch a recipe makes is checked on its own, as if the caller had sent
 // it, when it is made: a write-only user may Unlock (a delete) but not Lock (a Txn comparing

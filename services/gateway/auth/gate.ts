@@ -79,7 +79,7 @@ export class AuthGate {
    * on (enabling it moves the revision), and the retry reads afresh (`freshMeta`). Not reading
    * the database here spares the gateway a timer: each renewal of lmdb-js's read snapshot is
    * released by a setTimeout(0), which wakes a gateway that is waiting on storage once more per
-   * write (docs/benchmarks.md, "lmdb-js's read-snapshot timer"). With auth on, every write reads.
+   * write (docs/perf/wake-ups.md, "lmdb-js's read-snapshot timer"). With auth on, every write reads.
    */
   writeMeta(): AuthMeta {
     return this.offAt === undefined ? this.freshMeta() : { enabled: false, revision: this.offAt };
