@@ -1,6 +1,9 @@
-// kvs benchmark suite: `npm run bench [-- flags]`. Starts a kvs node and a real etcd 3.4 (or
-// uses --endpoints), runs each workload against both in alternating rounds, prints one table and
-// writes the results as JSON. See docs/benchmarks.md.
+// kvs benchmark suite: `kvs bench [flags]` (which runs bin/kvs-bench.js, this program's entry),
+// or `npm run bench [-- flags]`. Starts a kvs node and a real etcd 3.4 (or uses --endpoints),
+// runs each workload against both in alternating rounds, prints one table and writes the
+// results as JSON. See docs/benchmarks.md. It ships in the package: what it uses of testkit/
+// (process plumbing, loopback ports, the S3 server, the TCP proxy, the clients, /proc readers,
+// the history fixture) loads neither node:test nor a devDependency (bench/shipped.test.ts).
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -23,7 +26,7 @@ import { startCluster, type BenchCluster } from './cluster.js';
 const NOT_GO = [...WORKLOADS, ...RGW_WORKLOADS].filter((w) => !w.go).map((w) => w.name);
 const GO_RUNS = 'the put, get, mixed and range workloads, with their -auth, -store-* and cluster- variants';
 
-const HELP = `Usage: npx kvs bench [flags]     (or: npm run bench -- [flags])
+const HELP = `Usage: npx kvs bench [flags]     (or: npx kvs-bench [flags], npm run bench -- [flags])
 
 Starts kvs and etcd 3.4 on loopback free ports with temp data dirs (fresh ones for each
 workload), runs each workload against both in alternating rounds, prints a table and writes

@@ -24,7 +24,6 @@ import { freePorts } from './loopback.js';
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** Anything with `after` — normally the node:test TestContext (a type only: nothing of node:test is loaded). */
-/** Anything with `after` — normally the node:test TestContext. */
 export type Ctx = Pick<TestContext, 'after'>;
 
 export interface ExitInfo {
@@ -335,6 +334,7 @@ export function runCommand(file: string, args: string[], opts: CmdOptions = {}):
 
 // ---------------------------------------------------------------- commands
 
+/** Runs `file` to completion (no shell) with exactly `opts.env`; never throws on a non-zero exit. */
 export async function run(file: string, args: string[], opts: CmdOptions & { env: Record<string, string> }): Promise<CmdResult> {
   const r = await execa(file, args, {
     reject: false,
