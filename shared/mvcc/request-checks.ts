@@ -8,10 +8,7 @@ import { MAX_KEY_BYTES } from './schema.js';
 import { Errors, MAX_TXN_OPS } from '../errors.js';
 import { bigint } from '../proto/index.js';
 import type { PutRequest, RequestOp, TxnRequest } from './requests.js';
-
-function buf(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
+import { asBuffer as buf } from '../bytes.js';
 
 function checkKey(key: Uint8Array): void {
   if (key.length === 0) throw Errors.emptyKey;

@@ -15,15 +15,12 @@ import { rangeParams, type CompactionRequest, type Compare, type DeleteRangeRequ
 import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
 import { markCompaction } from './compaction.js';
 import { applyPut, applyDelete, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
+import { asBuffer as buf } from '../../../shared/bytes.js';
 
 export interface Identity {
   clusterId: string;
   memberId: string;
   raftTerm: number;
-}
-
-function buf(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
 // ---- the executor ------------------------------------------------------------------------
