@@ -7,17 +7,16 @@ import { lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { KvClient } from './kv-client.js';
-import { etcdArgs, freePorts } from '../integration/loopback.js';
-import { processTree, pssBytes, rssBytes } from './proc.js';
+import { KvClient } from '../testkit/kv-client.js';
+import { etcdArgs, freePorts } from '../testkit/loopback.js';
+import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
+import type { System } from './system.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const KVS_BIN = path.join(REPO_ROOT, 'bin', 'kvs.js');
 export const ETCD_BIN = '/usr/bin/etcd';
-
-export type System = 'kvs' | 'etcd';
 
 export interface DiskUsage {
   /** Allocated bytes (as du counts them). */

@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { KVS_BIN, etcdctl, pollUntil, runCommand, tempDir } from './harness.js';
-import { makeCa, type Ca, type CertFiles } from './certs.js';
-import { leaderOf, startCluster, waitForLeader, type ClusterNode, type TestCluster } from './cluster.js';
+import { KVS_BIN, etcdctl, pollUntil, runCommand, tempDir } from '../testkit/harness.js';
+import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
+import { leaderOf, startCluster, waitForLeader, type ClusterNode, type TestCluster } from '../testkit/node-cluster.js';
 
 const tlsArgs = (ca: Ca, c: CertFiles) => ['--peer-tls-ca', ca.cert, '--peer-tls-cert', c.cert, '--peer-tls-key', c.key];
 

@@ -6,7 +6,7 @@
 // docs/journal/2026-11-23.md#a-clients-goaway-and-the-election-scenarios.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { startEtcd, startKvs } from './harness.js';
+import { startEtcd, startKvs } from '../testkit/harness.js';
 import { report, runScenarios } from './election-scenarios.js';
 
 const ROUNDS = Number(process.env.ELECTION_ROUNDS ?? 3);

@@ -10,10 +10,10 @@
 // second after the cut, and the test failed at "the follower took the lock from a live leader".
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startCluster } from './cluster.js';
+import { startCluster } from '../testkit/node-cluster.js';
 import { fakeClock } from './fake-clock.js';
 import { LockWatch, onceClient, within } from './fencing-helpers.js';
-import { pollUntil } from './harness.js';
+import { pollUntil } from '../testkit/harness.js';
 
 // A leader with a disconnected follower touches its lock every 1.5 s (a third of the TTL).
 const TTL_MS = 4500;

@@ -14,10 +14,10 @@ import * as grpc from '@grpc/grpc-js';
 import { service } from '../shared/proto/index.js';
 import { EPOCH_HEADER } from '../services/peer/transport.js';
 import { crashed, processes } from '../chaos/fuzz/oracle.js';
-import { rawExchange } from '../chaos/fuzz/raw-socket.js';
+import { rawExchange } from '../testkit/raw-socket.js';
 import { fuzz, summaryLine, type RunSummary } from '../chaos/fuzz/run.js';
 import { CLOSE_DEADLINE_MS, clientPortTarget, startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
-import { startKvs } from './harness.js';
+import { startKvs } from '../testkit/harness.js';
 
 const today = new Date();
 const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());

@@ -7,8 +7,8 @@ import http from 'node:http';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { startCluster, waitForLeader } from './cluster.js';
-import { client, startKvs, status } from './harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
+import { client, startKvs, status } from '../testkit/harness.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString();

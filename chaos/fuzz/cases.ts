@@ -6,8 +6,8 @@
 // it, closed it, or neither before the case's deadline.
 import http2 from 'node:http2';
 import zlib from 'node:zlib';
-import { Flag, FrameType, PREFACE, frame, goaway, grpcHeaders, grpcMessage, headerBlock, priority, rstStream, settings, windowUpdate } from './h2-frames.js';
-import { http2Frames, rawExchange } from './raw-socket.js';
+import { Flag, FrameType, PREFACE, frame, goaway, grpcHeaders, grpcMessage, headerBlock, priority, rstStream, settings, windowUpdate } from '../../testkit/h2-frames.js';
+import { http2Frames, rawExchange } from '../../testkit/raw-socket.js';
 import { UNDECODABLE, type MethodInfo } from './bodies.js';
 import { staysInScratch } from './scratch-guard.js';
 import type { Rand } from './random.js';

@@ -10,7 +10,7 @@ import { dbSizes } from '../../shared/mvcc/tables.js';
 import type { HashWorker } from './hash-worker.js';
 import type { Logger } from '../../shared/log.js';
 import type { NodeInfo } from './node-info.js';
-import { toServiceError } from './kv.js';
+import { toServiceError } from './service-error.js';
 import { streamSnapshot } from './snapshot.js';
 import { VERSION } from '../../shared/version.js';
 

@@ -15,7 +15,7 @@ import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
 import { Errors } from '../../shared/errors.js';
-import { decodeFrames, encodeFrames } from '../storage/wal/frame.js';
+import { decodeFrames, encodeFrames } from '../../shared/wal/frame.js';
 import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type Progress, type Replicate, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';

@@ -16,7 +16,7 @@ import { UnixH2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
 import { Role } from '../../shared/cluster.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
-import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
+import { decodeFrames, encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
 import type { Engine } from './engine.js';
 import { FreeSpaceError, mib } from './disk-space.js';
 import { Stage, stages } from '../../shared/stages.js';

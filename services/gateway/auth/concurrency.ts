@@ -15,12 +15,14 @@
 // etcd's later releases). A request etcd's validation refuses (an empty key) is left to
 // storage, which answers it as etcd does, before the token is even looked at.
 import type { ServerCall } from '../../../shared/grpc/http2-server.js';
-import type { AuthGate, CallLike, Caller } from './gate.js';
+import type { AuthGate, Caller } from './gate.js';
+import type { CallLike } from './credentials.js';
 import type { OpGuard } from '../concurrency/backend.js';
 import { decode } from '../../../shared/proto/index.js';
 import { Errors } from '../../../shared/errors.js';
 import { checkDeleteRange, checkTxn } from '../../../shared/auth/requests.js';
-import { checkIntervals, checkTxnRequest, type DeleteRangeRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
+import { checkIntervals, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
+import type { DeleteRangeRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
 
 type Check = (caller: Caller, call: ServerCall<any, any>) => void;
 

@@ -47,7 +47,7 @@ const (
 	putArea    = "put"
 	// bench/workloads/range.ts
 	rangeKeys = 1000
-	// bench/kv-client.ts: each request's deadline.
+	// testkit/kv-client.ts: each request's deadline.
 	requestTimeout = 30 * time.Second
 	connectTimeout = 10 * time.Second
 )
