@@ -1,6 +1,6 @@
 // `npm run etcd-import [-- flags]`: the time `kvs snapshot restore` takes to import an etcd
 // snapshot of many keys (docs/benchmarks.md, "Import of an etcd snapshot"). The snapshot is
-// written by the bench's own bbolt writer (etcd-fixture.ts) in etcd's layout, with the SHA-256
+// written by the test kit's bbolt writer (testkit/etcd-fixture.ts) in etcd's layout, with the SHA-256
 // trailer `etcdctl snapshot save` appends; loading a million keys into a real etcd would take
 // far longer than the import being measured.
 import { createHash } from 'node:crypto';
@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { fileSink, writeEtcdFixture } from './etcd-fixture.js';
+import { fileSink, writeEtcdFixture } from '../testkit/etcd-fixture.js';
 import { restoreSnapshot, type SnapshotRestoreResult } from '../supervisor/snapshot-restore.js';
 import { KEY_BYTES } from './keys.js';
 

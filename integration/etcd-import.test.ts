@@ -9,9 +9,9 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { execa } from 'execa';
-import { KVS_BIN, REPO_ROOT, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, startEtcd, startKvs, tempDir, type Ctx, type CmdResult } from './harness.js';
+import { KVS_BIN, REPO_ROOT, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, startEtcd, startKvs, tempDir, type Ctx, type CmdResult } from '../testkit/harness.js';
 import { READER, ROOT_PASSWORD, writeEtcdHistory, type EtcdHistory } from './etcd-history-fixture.js';
-import { fileSink, writeEtcdFixture, type EtcdFixture } from '../bench/etcd-fixture.js';
+import { fileSink, writeEtcdFixture, type EtcdFixture } from '../testkit/etcd-fixture.js';
 import { openSync, closeSync } from 'node:fs';
 
 const ROOT = ['--user', `root:${ROOT_PASSWORD}`];

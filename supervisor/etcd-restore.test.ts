@@ -1,4 +1,4 @@
-// restoreSnapshot of etcd-format files written by the fixture writer (bench/etcd-fixture.ts)
+// restoreSnapshot of etcd-format files written by the fixture writer (testkit/etcd-fixture.ts)
 // into a data directory, read back through kvs's own table readers: the derived tables (deleted
 // keys, lease keys), an interrupted compaction left for kvs to finish, a key too long for kvs,
 // and that a refused file leaves nothing behind. A node serving such a directory is tested in
@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { bufferSink, writeBolt } from '../bench/etcd-fixture.js';
+import { bufferSink, writeBolt } from '../testkit/etcd-fixture.js';
 import { encode } from '../shared/proto/index.js';
 import { encodeKeyValue, EMPTY } from '../shared/mvcc/keyvalue.js';
 import { META, openMvcc, readMeta } from '../shared/mvcc/schema.js';

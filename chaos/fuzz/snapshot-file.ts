@@ -5,11 +5,11 @@
 // code into a temporary data directory. A case fails when reading throws anything but the
 // reader's own errors (a TypeError or RangeError is a missing check), takes over CASE_MS, or a
 // restore that failed left a data directory behind. Cases are drawn from the seed, so any can
-// be replayed (`--seed N --case I`). The seeds are written by bench/etcd-fixture.ts.
+// be replayed (`--seed N --case I`). The seeds are written by testkit/etcd-fixture.ts.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { bufferSink, writeEtcdFixture } from '../../bench/etcd-fixture.js';
+import { bufferSink, writeEtcdFixture } from '../../testkit/etcd-fixture.js';
 import { BoltError, bufferSource, fnv64a } from '../../shared/bbolt/read.js';
 import { EtcdSnapshot, EtcdSnapshotError } from '../../shared/etcd-snapshot/read.js';
 import { restoreSnapshot } from '../../supervisor/snapshot-restore.js';

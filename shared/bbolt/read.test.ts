@@ -1,9 +1,9 @@
-// The bbolt reader on files written by the bench's minimal bbolt writer (bench/etcd-fixture.ts):
+// The bbolt reader on files written by the test kit's minimal bbolt writer (testkit/etcd-fixture.ts):
 // trees of branch and leaf pages, inline buckets, values over a page, the meta pages' choice,
 // and the structural checks (the integration test etcd-import.test.ts reads real etcd files).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { bufferSink, writeBolt } from '../../bench/etcd-fixture.js';
+import { bufferSink, writeBolt } from '../../testkit/etcd-fixture.js';
 import { BoltError, bufferSource, fnv64a, openBolt } from './read.js';
 
 const PAGE = 4096;

@@ -1,10 +1,10 @@
-// The etcd schema reader on fixture files (bench/etcd-fixture.ts), among them an etcd 3.5
+// The etcd schema reader on fixture files (testkit/etcd-fixture.ts), among them an etcd 3.5
 // layout: 3.5 (server/mvcc/buckets/bucket.go) keeps the same buckets and adds the meta keys
 // `term` and `confState`; 3.6 adds `storageVersion`. Real etcd 3.4 files are read by the
 // integration test (integration/etcd-import.test.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { bufferSink, writeBolt, writeEtcdFixture, type BoltBucketSpec } from '../../bench/etcd-fixture.js';
+import { bufferSink, writeBolt, writeEtcdFixture, type BoltBucketSpec } from '../../testkit/etcd-fixture.js';
 import { bufferSource } from '../bbolt/read.js';
 import { decodeKeyValue, encodeKeyValue } from '../mvcc/keyvalue.js';
 import { EtcdSnapshot, EtcdSnapshotError } from './read.js';

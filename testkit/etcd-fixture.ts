@@ -1,7 +1,7 @@
 // Test and bench fixtures in etcd's snapshot format, without an etcd: a minimal bbolt writer
 // (the page layout shared/bbolt/read.ts documents) and an etcd-schema database on top of it.
 // A real etcd loads a million keys in minutes; this writes them in seconds, for the import
-// bench (etcd-import.ts), the reader's unit tests and the fuzzer's seeds. Pages are written in
+// bench (bench/etcd-import.ts), the reader's unit tests and the fuzzer's seeds. Pages are written in
 // order: leaves of each bucket, then its branch levels, then the root bucket's leaf, then the
 // two meta pages at the front. Buckets whose entries fit in a quarter page are inline, as
 // bbolt stores small buckets. Not a general writer: no free pages, every page full.
