@@ -4,7 +4,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { bufferSink, writeBolt } from '../../testkit/etcd-fixture.js';
-import { BoltError, bufferSource, fnv64a, openBolt } from './read.js';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { BoltError, bufferSource, fileSource, fnv64a, openBolt } from './read.js';
 
 const PAGE = 4096;
 
@@ -106,4 +109,19 @@ test('fnv64a is Go\'s hash/fnv New64a', () => {
   assert.equal(fnv64a(Buffer.alloc(0)), 0xcbf29ce484222325n);
   assert.equal(fnv64a(Buffer.from('a')), 0xaf63dc4c8601ec8cn);
   assert.equal(fnv64a(Buffer.from('foobar')), 0x85944171f73967e8n);
+});
+
+test('a file read in windows smaller than its pages and values reads the same as the buffer', (t) => {
+  const { buf, big } = file();
+  const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-bolt-')), 'db');
+  t.after(() => fs.rmSync(path.dirname(f), { recursive: true, force: true }));
+  fs.writeFileSync(f, buf);
+  const fd = fs.openSync(f, 'r');
+  t.after(() => fs.closeSync(fd));
+  for (const window of [PAGE, 3 * PAGE + 100, 1 << 20]) {
+    const db = openBolt(fileSource(fd, buf.length, window));
+    const got = [...db.root().buckets().get('big')!.pairs()].map(({ key, value }) => [Buffer.from(key), Buffer.from(value)]);
+    assert.deepEqual(got, big, `window ${window}`);
+  }
+  assert.throws(() => openBolt(fileSource(fd, buf.length + 10 * PAGE)).root().buckets(), /the file ended at \d+ bytes while \d+ were expected/);
 });
