@@ -233,3 +233,48 @@ test('kvs migrate refuses what it cannot follow, with the reason', async (t) => 
   assert.equal(r.exitCode, 2);
   assert.match(r.stderr, /follows etcd cluster [0-9a-f]+, and the endpoints given are cluster [0-9a-f]+/);
 });
+
+test('users, roles and auth turned on during the migration (the fence) are followed; passwords come from the snapshot', async (t) => {
+  const etcdNode = await startEtcd(t);
+  const etcd = clientOf(t, etcdNode.endpoint);
+  const auth = (method: string, req: object) => etcd.call('Auth', method, req);
+  await auth('UserAdd', { name: 'root', password: 'rootpw' });
+  await auth('RoleAdd', { name: 'root' });
+  await auth('UserGrantRole', { user: 'root', role: 'root' });
+  await auth('UserAdd', { name: 'alice', password: 'alicepw' });
+  await auth('RoleAdd', { name: 'app' });
+  await auth('RoleGrantPermission', { name: 'app', perm: { permType: 0, key: Buffer.from('/app/'), rangeEnd: Buffer.from('/app0') } });
+  await auth('UserGrantRole', { user: 'alice', role: 'app' });
+  await put(etcd, '/app/a', '1');
+
+  const dir = await tempDir(t, 'kvs-migrate-');
+  const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir, '--user', 'root:rootpw']);
+  await m.waitFor(/^caught up at revision/);
+  // During: alice may now write too, bob appears, and writers are fenced by turning auth on.
+  await auth('RoleGrantPermission', { name: 'app', perm: { permType: 2, key: Buffer.from('/app/'), rangeEnd: Buffer.from('/app0') } });
+  await auth('UserAdd', { name: 'bob', password: 'bobpw' });
+  await auth('AuthEnable', {});
+  const root = new EtcdClient({ endpoints: [etcdNode.endpoint], user: 'root:rootpw' });
+  onCleanup(t, () => root.close());
+  await put(root, '/app/b', '2');
+  const last = await head(root);
+  await m.waitFor(/^user bob was added on etcd after the snapshot/);
+  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
+  assert.equal(await m.stop(), 0);
+  assert.match(m.lines.at(-1)!, /--auth-enabled \(etcd has auth enabled\)$/);
+
+  const node = await startKvs(t, { dataDir: dir, args: ['--auth-enabled'] });
+  const anonymous = clientOf(t, node.endpoint);
+  await assert.rejects(anonymous.call('KV', 'Range', { key: Buffer.from('/app/a') }), (err: { details?: string }) => err.details === 'etcdserver: user name is empty');
+  const kvsRoot = new EtcdClient({ endpoints: [node.endpoint], user: 'root:rootpw' });
+  onCleanup(t, () => kvsRoot.close());
+  const alice = new EtcdClient({ endpoints: [node.endpoint], user: 'alice:alicepw' });
+  onCleanup(t, () => alice.close());
+  await put(alice, '/app/c', '3'); // the permission granted during the migration
+  const got = await alice.call('KV', 'Range', { key: Buffer.from('/app/'), rangeEnd: Buffer.from('/app0') });
+  assert.deepEqual(got.kvs.map((kv: any) => Buffer.from(kv.value).toString()), ['1', '2', '3']);
+  assert.deepEqual((await kvsRoot.call('Auth', 'RoleGet', { role: 'app' })).perm.map((p: any) => p.permType ?? 0), [2]);
+  const bob = new EtcdClient({ endpoints: [node.endpoint], user: 'bob:bobpw' });
+  onCleanup(t, () => bob.close());
+  await assert.rejects(bob.call('KV', 'Range', { key: Buffer.from('/app/a') }), /authentication failed/);
+});

@@ -29,6 +29,8 @@ const CTORS = Object.fromEntries(SERVICES.map((s) => [s, grpc.makeGenericClientC
 
 /** etcd's answer when a token is unknown or expired (auth/store.go ErrInvalidAuthToken). */
 const INVALID_TOKEN = 'etcdserver: invalid auth token';
+export const USER_EMPTY = 'etcdserver: user name is empty';
+const AUTH_NOT_ENABLED = 'etcdserver: authentication is not enabled';
 
 /** An endpoint as grpc-js's target and whether it wants TLS. */
 export function parseEndpoint(endpoint: string): { target: string; tls: boolean } {
@@ -101,19 +103,32 @@ export class EtcdClient {
     return this.endpoint;
   }
 
-  /** The metadata of a call: the auth token when a user was given (fetched on first use). */
+  /**
+   * The metadata of a call: the auth token when a user was given (fetched on first use; none
+   * while etcd has auth disabled, which refuses to authenticate then).
+   */
   async metadata(): Promise<grpc.Metadata> {
     const md = new grpc.Metadata();
     if (this.user) {
       this.token ??= await this.authenticate();
-      md.set('token', this.token);
+      if (this.token) md.set('token', this.token);
     }
     return md;
   }
 
   private async authenticate(): Promise<string> {
-    const res = await this.raw<{ token: string }>('Auth', 'Authenticate', { name: this.user!.name, password: this.user!.password }, new grpc.Metadata());
-    return res.token;
+    try {
+      const res = await this.raw<{ token: string }>('Auth', 'Authenticate', { name: this.user!.name, password: this.user!.password }, new grpc.Metadata());
+      return res.token;
+    } catch (err) {
+      if ((err as grpc.ServiceError).details === AUTH_NOT_ENABLED) return '';
+      throw err;
+    }
+  }
+
+  /** A unary call without a token, whatever user was given. */
+  anonymous<T = any>(svc: ServiceName, method: string, req: object, timeoutMs?: number): Promise<T> {
+    return this.raw<T>(svc, method, req, new grpc.Metadata(), timeoutMs);
   }
 
   private raw<T>(svc: ServiceName, method: string, req: object, md: grpc.Metadata, timeoutMs = 30_000): Promise<T> {
@@ -130,7 +145,9 @@ export class EtcdClient {
     try {
       return await this.raw<T>(svc, method, req, await this.metadata(), timeoutMs);
     } catch (err) {
-      if (this.user && (err as grpc.ServiceError).details === INVALID_TOKEN) {
+      const details = (err as grpc.ServiceError).details;
+      // A token etcd forgot, or auth turned on after we found it off.
+      if (this.user && (details === INVALID_TOKEN || (details === USER_EMPTY && this.token === ''))) {
         this.token = undefined;
         return this.raw<T>(svc, method, req, await this.metadata(), timeoutMs);
       }

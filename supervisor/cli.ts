@@ -228,7 +228,8 @@ prog
         signal: ac.signal,
         say: (line) => process.stdout.write(`${line}\n`),
       });
-      process.stdout.write(`stopped at revision ${r.revision}; serve it with kvs run --data-dir ${dataDir}\n`);
+      // kvs enforces auth only when started with --auth-enabled (docs/security.md).
+      process.stdout.write(`stopped at revision ${r.revision}; serve it with kvs run --data-dir ${dataDir}${r.authEnabled ? ' --auth-enabled (etcd has auth enabled)' : ''}\n`);
       process.exit(0);
     } catch (err) {
       fail(err);

@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { EtcdClient, isUnavailable, type EtcdClientOptions } from '../../shared/etcd-client.js';
 import { dbPath, META, openMvcc, readMeta } from '../../shared/mvcc/schema.js';
+import { authMeta } from '../../shared/auth/tables.js';
 import { CompactedError, follow } from '../../services/storage/migrate/follow.js';
 import { claimDataDir, releaseDataDir } from '../data-dir-lock.js';
 import { restoreSnapshot } from '../snapshot-restore.js';
@@ -120,7 +121,17 @@ async function restoreFresh(client: EtcdClient, dataDir: string, clusterId: stri
   }
 }
 
-export async function migrate(opts: MigrateOptions): Promise<{ revision: number }> {
+function authEnabledIn(dataDir: string): boolean {
+  if (!fs.existsSync(path.join(dbPath(dataDir), 'data.mdb'))) return false;
+  const db = openMvcc(dataDir, { readOnly: true });
+  try {
+    return authMeta(db).enabled;
+  } finally {
+    void db.env.close();
+  }
+}
+
+export async function migrate(opts: MigrateOptions): Promise<{ revision: number; authEnabled: boolean }> {
   const dataDir = path.resolve(opts.dataDir);
   fs.mkdirSync(dataDir, { recursive: true });
   if (fs.existsSync(path.join(dataDir, 'wal')) && fs.readdirSync(path.join(dataDir, 'wal')).some((n) => n.endsWith('.wal'))) {
@@ -144,12 +155,12 @@ export async function migrate(opts: MigrateOptions): Promise<{ revision: number 
     opts.say(`etcd cluster ${clusterId} at ${client.endpoint}`);
     let revision = fs.existsSync(path.join(dbPath(dataDir), 'data.mdb')) ? checkResumable(dataDir, clusterId) : await restoreFresh(client, dataDir, clusterId, opts);
     for (;;) {
-      if (opts.signal.aborted) return { revision };
+      if (opts.signal.aborted) return { revision, authEnabled: authEnabledIn(dataDir) };
       opts.say(`following etcd from revision ${revision + 1}`);
       const db = openMvcc(dataDir, { readOnly: false });
       try {
         const p = await follow({ db, client, signal: opts.signal, say: opts.say, pollMs: opts.pollMs });
-        return { revision: p.applied };
+        return { revision: p.applied, authEnabled: authMeta(db).enabled };
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
         opts.say(`${err.message}; taking a new snapshot`);

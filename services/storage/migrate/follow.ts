@@ -15,7 +15,9 @@ import { encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyvalue.js';
 import { leaseIdOf, leaseKey } from '../../../shared/mvcc/leases.js';
 import { compactMainRev } from '../../../shared/mvcc/hash.js';
 import { bigint, int64, num } from '../../../shared/proto/index.js';
-import { isUnavailable, type EtcdClient } from '../../../shared/etcd-client.js';
+import { isUnavailable, USER_EMPTY, type EtcdClient } from '../../../shared/etcd-client.js';
+import { authMeta, encodeRole, encodeUser, listRoles, listUsers, type Role, type User } from '../../../shared/auth/tables.js';
+import { DISABLE, emptyChange, ENABLE } from '../auth/apply.js';
 import { applyEntry, MUTATION_DELETE, MUTATION_PUT, type Mutation, type WalEntry } from '../mvcc/apply.js';
 
 /** etcd cancelled the watch: the revisions after ours are compacted away on etcd. */
@@ -127,6 +129,7 @@ export async function follow(opts: FollowOptions): Promise<Progress> {
   const { db, client, signal, say } = opts;
   const progress: Progress = { applied: readMeta(db, META.revision), head: 0 };
   let reported = -1;
+  const warned = new Set<string>();
   // At most one line per poll: the lag while behind, `caught up` each time the head is reached
   // with revisions applied since the last such line.
   const report = () => {
@@ -157,12 +160,15 @@ export async function follow(opts: FollowOptions): Promise<Progress> {
       const r = await client.call('KV', 'Range', { key: ALL, limit: 1, keysOnly: true });
       progress.head = Math.max(progress.head, num(r.header?.revision));
       await mirrorLeases(db, client);
+      for (const w of await mirrorAuth(db, client)) if (!warned.has(w)) warned.add(w), say(w);
       await mirrorCompaction(db, client, progress.applied);
       await sync(db);
       report();
       opts.onProgress?.({ ...progress });
     } catch (err) {
-      if (!isUnavailable(err)) failure ??= err as Error;
+      if ((err as grpc.ServiceError).details === USER_EMPTY) {
+        failure ??= new Error('etcd has auth enabled and kvs migrate has no user: run it again with --user root:PASSWORD (it resumes where it stopped)');
+      } else if (!isUnavailable(err)) failure ??= err as Error;
     }
   };
   const timer = setInterval(() => {
@@ -288,4 +294,69 @@ async function mirrorCompaction(db: MvccDb, client: EtcdClient, applied: number)
     else lo = mid;
   }
   db.env.transactionSync(() => applyEntry(db, { revision: 0, mutations: [], compactRevision: hi }, readMeta(db, META.appliedIndex)));
+}
+
+const roleForm = (r: Role) =>
+  JSON.stringify([r.name.toString('hex'), r.perms.map((p) => [p.permType, p.key.toString('hex'), p.rangeEnd.toString('hex')]).sort()]);
+const userForm = (u: User) => JSON.stringify([u.name.toString('hex'), [...u.roles].sort()]);
+
+/**
+ * etcd's users, roles and enabled flag, mirrored (they are not in the watch). Passwords cannot
+ * be read over etcd's API: a user's bcrypt hash stays the snapshot's, and a user etcd added
+ * later has none on kvs (it cannot log in until given one; the returned warning says so).
+ */
+async function mirrorAuth(db: MvccDb, client: EtcdClient): Promise<string[]> {
+  let enabled = false;
+  try {
+    await client.anonymous('Auth', 'UserList', {});
+  } catch (err) {
+    if ((err as grpc.ServiceError).details !== USER_EMPTY) throw err;
+    enabled = true;
+  }
+  let names: { users: string[]; roles: string[] };
+  try {
+    const [u, r] = await Promise.all([client.call('Auth', 'UserList', {}), client.call('Auth', 'RoleList', {})]);
+    names = { users: u.users ?? [], roles: r.roles ?? [] };
+  } catch (err) {
+    const details = (err as grpc.ServiceError).details;
+    if (details === USER_EMPTY || details === 'etcdserver: permission denied') {
+      return ['etcd has auth enabled and the --user given cannot list its users: kvs keeps the users and roles of the snapshot (give --user root:PASSWORD to follow them)'];
+    }
+    throw err;
+  }
+  const theirRoles: Role[] = [];
+  for (const name of names.roles) {
+    const r = await client.call('Auth', 'RoleGet', { role: name });
+    theirRoles.push({
+      name: Buffer.from(name),
+      perms: (r.perm ?? []).map((p: any) => ({ permType: p.permType ?? 0, key: Buffer.from(p.key ?? []), rangeEnd: Buffer.from(p.rangeEnd ?? []) })),
+    });
+  }
+  const ourUsers = new Map(listUsers(db).map((u) => [u.name.toString(), u]));
+  const ourRoles = new Map(listRoles(db).map((r) => [r.name.toString(), r]));
+  const change = emptyChange();
+  const warnings: string[] = [];
+  for (const name of names.users) {
+    const r = await client.call('Auth', 'UserGet', { name });
+    const ours = ourUsers.get(name);
+    const theirs: User = { name: Buffer.from(name), password: ours?.password ?? Buffer.alloc(0), roles: [...(r.roles ?? [])].sort(), noPassword: ours?.noPassword ?? false };
+    if (!ours) warnings.push(`user ${name} was added on etcd after the snapshot; etcd's API does not give its password: set one on kvs (etcdctl user passwd ${name}) before it logs in`);
+    if (!ours || userForm(ours) !== userForm(theirs)) change.putUsers.push(encodeUser(theirs));
+  }
+  for (const name of ourUsers.keys()) if (!names.users.includes(name)) change.deleteUsers.push(Buffer.from(name));
+  for (const role of theirRoles) {
+    const ours = ourRoles.get(role.name.toString());
+    if (!ours || roleForm(ours) !== roleForm(role)) change.putRoles.push(encodeRole(role));
+  }
+  for (const name of ourRoles.keys()) if (!names.roles.includes(name)) change.deleteRoles.push(Buffer.from(name));
+  const meta = authMeta(db);
+  if (meta.enabled !== enabled) change.enabled = enabled ? ENABLE : DISABLE;
+  const changed = change.putUsers.length + change.deleteUsers.length + change.putRoles.length + change.deleteRoles.length > 0 || change.enabled !== 0;
+  if (changed) {
+    change.authRevision = meta.revision + 1;
+    // The tokens kvs handed out belong to the old state (a restored database has none).
+    change.deleteAllTokens = true;
+    db.env.transactionSync(() => applyEntry(db, { revision: 0, mutations: [], compactRevision: 0, auth: change }, readMeta(db, META.appliedIndex)));
+  }
+  return warnings;
 }
