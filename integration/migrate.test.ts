@@ -9,6 +9,7 @@ import { EtcdClient } from '../shared/etcd-client.js';
 import { num, bigint, int64 } from '../shared/proto/index.js';
 import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from './harness.js';
 import { TcpProxy } from '../chaos/proxy.js';
+import { makeCa } from './certs.js';
 
 const ALL = Buffer.from([0]);
 
@@ -277,4 +278,22 @@ test('users, roles and auth turned on during the migration (the fence) are follo
   const bob = new EtcdClient({ endpoints: [node.endpoint], user: 'bob:bobpw' });
   onCleanup(t, () => bob.close());
   await assert.rejects(bob.call('KV', 'Range', { key: Buffer.from('/app/a') }), /authentication failed/);
+});
+
+test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', async (t) => {
+  const ca = await makeCa(t);
+  const server = await ca.server('server');
+  const client = await ca.client('migrate', 'migrate');
+  const etcdNode = await startEtcd(t, [], { tls: { cert: server.cert, key: server.key, clientCa: ca.cert }, probe: ca.clientTls(client) });
+  const etcd = new EtcdClient({ endpoints: [`https://${etcdNode.endpoint}`], cacert: ca.cert, cert: client.cert, key: client.key });
+  onCleanup(t, () => etcd.close());
+  await workload(etcd, 'tls');
+  const dir = await tempDir(t, 'kvs-migrate-');
+  const m = startMigrate(t, ['--from', `https://${etcdNode.endpoint}`, '--data-dir', dir, '--cacert', ca.cert, '--cert', client.cert, '--key', client.key]);
+  await put(etcd, 'tls/more', '1');
+  const last = await head(etcd);
+  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
+  assert.equal(await m.stop(), 0);
+  const node = await startKvs(t, { dataDir: dir });
+  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
 });
