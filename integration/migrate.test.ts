@@ -10,6 +10,7 @@ import { num, bigint, int64 } from '../shared/proto/index.js';
 import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from './harness.js';
 import { TcpProxy } from '../chaos/proxy.js';
 import { makeCa } from './certs.js';
+import { startCluster } from './cluster.js';
 
 const ALL = Buffer.from([0]);
 
@@ -296,4 +297,24 @@ test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', as
   assert.equal(await m.stop(), 0);
   const node = await startKvs(t, { dataDir: dir });
   await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+});
+
+test('a migrated data directory seeds a new cluster through the object store; nodes that join catch up on its history', async (t) => {
+  const etcdNode = await startEtcd(t);
+  const etcd = clientOf(t, etcdNode.endpoint);
+  await workload(etcd, 'seed');
+  await etcd.call('KV', 'Compact', { revision: int64(BigInt((await head(etcd)) - 4)) });
+  await put(etcd, 'seed/last', '1');
+  const last = await head(etcd);
+  const dir = await tempDir(t, 'kvs-migrate-');
+  const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
+  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
+  assert.equal(await m.stop(), 0);
+
+  // n1 starts on the migrated directory and leads; n2 starts with an empty disk.
+  const cluster = await startCluster(t, 2, { dataDir: (id) => (id === 'n1' ? dir : undefined) });
+  const later = await cluster.add('n3');
+  for (const n of [...cluster.nodes, later]) {
+    await assertSameHistory(clientOf(t, n.endpoint), etcd, last);
+  }
 });
