@@ -176,16 +176,25 @@ prog
 
 prog
   .command('snapshot restore <file>')
-  .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs (checks its sha256)')
+  .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs or etcd 3.4/3.5, or a copied etcd member/snap/db (checks its sha256)')
   .option('--data-dir', 'The data directory to create (env KVS_DATA_DIR, default ./kvs-data); it must not hold a database yet')
-  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb)', false)
+  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db)', false)
   .example('snapshot restore backup.db --data-dir ./restored')
   .action(async (file: string, opts: Record<string, unknown>) => {
     try {
       const { restoreSnapshot } = await import('./snapshot-restore.js');
       const dataDir = config(opts).dataDir;
       const r = await restoreSnapshot({ file, dataDir, skipHashCheck: opts['skip-hash-check'] === true });
-      process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+      if (r.format === 'kvs') {
+        process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+      } else {
+        const compacted = r.compactRevision > 0 ? `, compacted at ${r.compactRevision}` : '';
+        process.stdout.write(
+          `restored etcd snapshot ${file} into ${dataDir}: revision ${r.revision}${compacted}, ${r.keys} keys, ${r.leases} leases, ${r.users} users, ${r.roles} roles, auth ${r.authEnabled ? 'enabled' : 'disabled'}\n`,
+        );
+        for (const note of r.notes ?? []) process.stdout.write(`note: ${note}\n`);
+        process.stdout.write(`start it with kvs run --data-dir ${dataDir}${r.authEnabled ? ' --auth-enabled (auth stays enabled only with that flag)' : ''}\n`);
+      }
     } catch (err) {
       fail(err);
     }
