@@ -5,7 +5,7 @@
 // lease), users and roles with permissions, and auth enabled last.
 import assert from 'node:assert/strict';
 import { Etcd3 } from 'etcd3';
-import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, type Ctx } from './harness.js';
+import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, type Ctx } from '../testkit/harness.js';
 
 export const ROOT_PASSWORD = 'rootpw';
 export const READER = { name: 'reader', password: 'readpw' };

@@ -9,8 +9,10 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { execa } from 'execa';
-import { KVS_BIN, REPO_ROOT, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, startEtcd, startKvs, tempDir, type Ctx, type CmdResult } from './harness.js';
+import { KVS_BIN, REPO_ROOT, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, onCleanup, startEtcd, startKvs, tempDir, type Ctx, type CmdResult } from '../testkit/harness.js';
 import { READER, ROOT_PASSWORD, writeEtcdHistory, type EtcdHistory } from './etcd-history-fixture.js';
+import { fileSink, writeEtcdFixture, type EtcdFixture } from '../testkit/etcd-fixture.js';
+import { openSync, closeSync } from 'node:fs';
 
 const ROOT = ['--user', `root:${ROOT_PASSWORD}`];
 
@@ -204,6 +206,17 @@ test('snapshot restore refuses a damaged etcd snapshot and writes nothing', asyn
     b.writeBigUInt64LE(1n, branch * pageSize + 16 + 16 + 8);
   });
 
+  // With its SHA-256 trailer: a flipped byte deep in the file is reported as the hash mismatch,
+  // also when the reader would have read the file through.
+  const flipped = Buffer.from(bytes);
+  flipped[bytes.length - 32 - 5000] ^= 0x01;
+  const corrupt = path.join(dir, 'corrupt.db');
+  writeFileSync(corrupt, flipped);
+  const rc = await kvsCli(['snapshot', 'restore', corrupt, '--data-dir', path.join(dir, 'corrupt-restored')]);
+  assert.equal(rc.exitCode, 2, rc.stdout);
+  assert.match(rc.stderr, /^kvs: snapshot .*corrupt\.db is corrupt: expected sha256 [0-9a-f]{64}, got [0-9a-f]{64}$/);
+  assert.equal(existsSync(path.join(dir, 'corrupt-restored')), false);
+
   for (const [name, b, re] of cases) {
     const f = path.join(dir, name.replace(/ /g, '-'));
     writeFileSync(f, b);
@@ -214,4 +227,33 @@ test('snapshot restore refuses a damaged etcd snapshot and writes nothing', asyn
     assert.doesNotMatch(r.stderr, /at .*\.js:\d+/, `${name}: a message, not a stack`);
     assert.ok(!existsSync(target) || readdirSync(target).length === 0, `${name}: nothing written`);
   }
+});
+
+test('an interrupted etcd compaction is finished by kvs: the same answers as after a finished one', async (t) => {
+  const dir = await tempDir(t, 'kvs-etcd-interrupted-');
+  const base: EtcdFixture = { keys: 200, revisions: 3, valueBytes: 40, compact: 450 };
+  const restoreFixture = async (name: string, f: EtcdFixture) => {
+    const file = path.join(dir, `${name}.db`);
+    const fd = openSync(file, 'w');
+    try {
+      writeEtcdFixture(fileSink(fd), f);
+    } finally {
+      closeSync(fd);
+    }
+    const r = await kvsCli(['snapshot', 'restore', file, '--skip-hash-check', '--data-dir', path.join(dir, name)]);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.match(r.stdout, /revision 601, compacted at 450, 200 keys/);
+    return startKvs(t, { dataDir: path.join(dir, name) });
+  };
+  // The same history; in one, etcd's compaction to 450 stopped at 250 (versions superseded in
+  // (250, 450] still stored), which kvs finishes as it starts.
+  const [done, interrupted] = await Promise.all([restoreFixture('done', base), restoreFixture('interrupted', { ...base, compactFinished: 250 })]);
+  const plain = (endpoint: string) => {
+    const c = new Etcd3({ hosts: `http://${endpoint}`, defaultCallOptions: TEST_CALL_OPTIONS, faultHandling: TEST_FAULT_HANDLING });
+    onCleanup(t, () => c.close());
+    return c;
+  };
+  const want = await revisions(plain(done.endpoint), 449, 601);
+  assertSameRevisions(await revisions(plain(interrupted.endpoint), 449, 601), want, 'interrupted compaction');
+  assert.match(JSON.stringify(want.get(449)), /required revision has been compacted/);
 });

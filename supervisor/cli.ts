@@ -178,7 +178,7 @@ prog
   .command('snapshot restore <file>')
   .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs or etcd 3.4/3.5, or a copied etcd member/snap/db (checks its sha256)')
   .option('--data-dir', 'The data directory to create (env KVS_DATA_DIR, default ./kvs-data); it must not hold a database yet')
-  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db)', false)
+  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db); a trailer is then not checked, as etcd', false)
   .example('snapshot restore backup.db --data-dir ./restored')
   .action(async (file: string, opts: Record<string, unknown>) => {
     try {
@@ -275,7 +275,8 @@ withRunFlags(prog.command('restore').describe('Restore a data directory from the
 
 registerObjectStoreCommands(prog, config, fail);
 
-// Listed here for `kvs --help`; the benchmark parses its own flags (`kvs bench --help`).
+// Listed here for `kvs --help`; the benchmark is its own program (bin/kvs-bench.js) and parses
+// its own flags (`kvs bench --help`).
 prog
   .command('bench')
   .describe('Benchmark kvs against etcd 3.4 in one run, or any etcd v3 endpoint with --endpoints (see docs/benchmarks.md; every flag: kvs bench --help)')
@@ -283,8 +284,11 @@ prog
   .example('bench --endpoints 10.0.0.5:2379 --workloads seq-put,par-get');
 
 if (process.argv[2] === 'bench') {
-  process.argv.splice(2, 1);
-  await import('../bench/main.js');
+  try {
+    process.exitCode = await (await import('./commands/bench.js')).runBench(process.argv.slice(3));
+  } catch (err) {
+    fail(err);
+  }
 } else {
   prog.parse(process.argv, { unknown: refuseUnknownFlag });
 }

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import { fileSource } from '../shared/bbolt/read.js';
 import { EtcdSnapshot, type EtcdChange } from '../shared/etcd-snapshot/read.js';
 import { MAX_KEY_BYTES, META, openMvcc, type MvccDb } from '../shared/mvcc/schema.js';
-import { EVENT_DELETE, EVENT_PUT, keyRevValue, revKey } from '../shared/mvcc/revision.js';
+import { EVENT_DELETE, EVENT_PUT, REF_BYTES, REVKEY_BYTES, keyRevValue, revKey } from '../shared/mvcc/revision.js';
 import { encodeKeyValue, EMPTY } from '../shared/mvcc/keyvalue.js';
 import { encodeGrant, leaseKey, MIN_LEASE_TTL } from '../shared/mvcc/leases.js';
 import { liveCount } from '../shared/mvcc/keyindex.js';
@@ -35,8 +35,9 @@ export interface EtcdRestoreResult {
   notes: string[];
 }
 
-/** Changes written per LMDB transaction (the database is not live: this only bounds memory). */
+/** Changes, and record bytes, written per LMDB transaction (the database is not live: this only bounds memory). */
 const BATCH = 20_000;
+const BATCH_BYTES = 64 << 20;
 const APPEND = { append: true };
 
 /** Fills the (new, empty) database under `stagingDir` from the etcd backend in the first `length` bytes of `file`. */
@@ -54,6 +55,8 @@ export async function restoreEtcd(file: string, length: number, stagingDir: stri
     // etcd resumes an interrupted compaction at start (mvcc/kvstore.go restore); kvs resumes
     // the physical removal of what it makes unreachable the same way (compactedThrough).
     const compact = Math.max(finished, scheduled);
+    const checkpointed = leases.filter((l) => l.remainingTTL > 0).length;
+    if (checkpointed) notes.push(`${checkpointed} leases had a checkpointed remaining TTL; like every lease they start their full TTL when the node starts`);
 
     const db = openMvcc(stagingDir, { readOnly: false });
     try {
@@ -82,7 +85,7 @@ export async function restoreEtcd(file: string, length: number, stagingDir: stri
         }
         db.meta.putSync(META.appliedIndex, 0);
       });
-      if (detached) notes.push(`${detached} keys name a lease the snapshot does not hold; as on etcd they are kept, attached to no lease`);
+      if (detached) notes.push(`${detached} ${detached === 1 ? 'key names a lease' : 'keys name leases'} the snapshot does not hold; as on etcd, kept and attached to no lease`);
       await new Promise<void>((resolve, reject) =>
         (db.env as unknown as { sync(cb: (err?: Error) => void): void }).sync((err) => (err ? reject(err) : resolve())),
       );
@@ -112,7 +115,14 @@ const EMPTY_VALUE = Buffer.alloc(0);
  * returns what the derived tables need: the keys whose newest change is a deletion, and the
  * lease of each key whose newest change is a put with one (keys as latin1 strings).
  */
-function writeHistory(db: MvccDb, changes: Generator<EtcdChange>): { head: number; changes: number; keyLeases: Map<string, bigint>; deleted: Set<string> } {
+function writeHistory(db: MvccDb, changes: Generator<EtcdChange[]>): { head: number; changes: number; keyLeases: Map<string, bigint>; deleted: Set<string> } {
+  // Records go in uncompressed: LZ4 against the dictionary costs several times the rest of an
+  // import per record, and the layout reads uncompressed records beside compressed ones
+  // (shared/mvcc/schema.ts); what kvs writes later is compressed as usual.
+  const history = db.env.openDB<Buffer, Buffer>({ name: 'history', encoding: 'binary', keyEncoding: 'binary' });
+  const revKeyScratch = Buffer.alloc(REVKEY_BYTES);
+  const refScratch = Buffer.alloc(REF_BYTES);
+  let maxKey = Buffer.alloc(0);
   const keyLeases = new Map<string, bigint>();
   const deleted = new Set<string>();
   let head = 0;
@@ -120,33 +130,47 @@ function writeHistory(db: MvccDb, changes: Generator<EtcdChange>): { head: numbe
   let done = false;
   while (!done) {
     db.env.transactionSync(() => {
-      for (let i = 0; i < BATCH; i++) {
+      for (let n = 0, bytes = 0; n < BATCH && bytes < BATCH_BYTES; ) {
         const next = changes.next();
         if (next.done) {
           done = true;
           return;
         }
-        const c = next.value;
-        if (c.key.length > MAX_KEY_BYTES) {
-          throw new Error(`key ${JSON.stringify(c.key.subarray(0, 64).toString('utf8'))}… (revision ${c.main}) is ${c.key.length} bytes, longer than the ${MAX_KEY_BYTES} bytes a kvs key can be; the restore was not made`);
+        for (const c of next.value) {
+          if (c.key.length > MAX_KEY_BYTES) {
+            throw new Error(`key ${JSON.stringify(c.key.subarray(0, 64).toString('utf8'))}… (revision ${c.main}) is ${c.key.length} bytes, longer than the ${MAX_KEY_BYTES} bytes a kvs key can be; the restore was not made`);
+          }
+          // kvs's tombstones carry their mod_revision (shared/mvcc/schema.ts).
+          const kv = c.tombstone ? encodeKeyValue({ key: c.key, createRevision: 0, modRevision: c.main, version: 0, value: EMPTY, lease: 0n }) : c.kv;
+          // Scratch buffers: putSync copies them into LMDB before it returns.
+          const rk = revKey(c.main, c.sub, revKeyScratch);
+          // Revisions come in order (the reader checks), so every record is an append.
+          if (!(history.putSync(rk, kv, APPEND) as unknown as boolean)) throw new Error(`kvs: history refused revision ${c.main}_${c.sub} out of order`);
+          const ref = keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT, refScratch);
+          // A key above every key so far is appended (LMDB skips the search; keys created in
+          // ascending order, as a bulk load often makes them, all are); others are inserted.
+          if (c.key.compare(maxKey) > 0) {
+            if (!(db.keyrevs.putSync(c.key, ref, APPEND) as unknown as boolean)) throw new Error(`kvs: the key index refused key ${c.key.toString('hex')} as its last`);
+            maxKey = Buffer.from(c.key);
+          } else {
+            db.keyrevs.putSync(c.key, ref);
+          }
+          // The key as a string only when a table needs it (most puts need neither).
+          if (c.tombstone) {
+            const k = c.key.toString('latin1');
+            deleted.add(k);
+            keyLeases.delete(k);
+          } else if (c.lease !== 0n || deleted.size || keyLeases.size) {
+            const k = c.key.toString('latin1');
+            deleted.delete(k);
+            if (c.lease !== 0n) keyLeases.set(k, c.lease);
+            else keyLeases.delete(k);
+          }
+          head = c.main;
+          bytes += kv.length;
         }
-        // kvs's tombstones carry their mod_revision (shared/mvcc/schema.ts).
-        const kv = c.tombstone ? encodeKeyValue({ key: c.key, createRevision: 0, modRevision: c.main, version: 0, value: EMPTY, lease: 0n }) : c.kv;
-        const rk = revKey(c.main, c.sub);
-        // Revisions come in order (the reader checks), so every record is an append.
-        if (!(db.history.putSync(rk, kv, APPEND) as unknown as boolean)) throw new Error(`kvs: history refused revision ${c.main}_${c.sub} out of order`);
-        db.keyrevs.putSync(c.key, keyRevValue(c.main, c.sub, c.tombstone ? EVENT_DELETE : EVENT_PUT));
-        const k = c.key.toString('latin1');
-        if (c.tombstone) {
-          deleted.add(k);
-          keyLeases.delete(k);
-        } else {
-          deleted.delete(k);
-          if (c.lease !== 0n) keyLeases.set(k, c.lease);
-          else keyLeases.delete(k);
-        }
-        head = c.main;
-        count++;
+        n += next.value.length;
+        count += next.value.length;
       }
     });
   }

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { dbPath, META, openMvcc, readMeta, SchemaVersionError } from '../shared/mvcc/schema.js';
 import { liveCount } from '../shared/mvcc/keyindex.js';
 import { compactMainRev } from '../shared/mvcc/hash.js';
-import { hasChecksum, sha256OfFile, SHA256_BYTES } from '../shared/snapshot.js';
+import { hasChecksum, sha256OfFile, sha256OfFileInWorker, SHA256_BYTES } from '../shared/snapshot.js';
 import { looksLikeBolt } from '../shared/bbolt/read.js';
 import { restoreEtcd } from './etcd-restore.js';
 
@@ -62,8 +62,8 @@ function assertEmptyTarget(dataDir: string): void {
   }
 }
 
-/** The length of the database part of the snapshot, after checking its SHA-256. */
-async function verifiedLength(file: string, skipHashCheck: boolean): Promise<number> {
+/** The length of the database part of the snapshot, and the SHA-256 it ends in (if it does). */
+function splitTrailer(file: string, skipHashCheck: boolean): { length: number; expected?: Buffer } {
   let size: number;
   try {
     size = fs.statSync(file).size;
@@ -72,9 +72,11 @@ async function verifiedLength(file: string, skipHashCheck: boolean): Promise<num
   }
   if (!hasChecksum(size)) {
     if (!skipHashCheck) throw new Error(`snapshot missing hash but --skip-hash-check=false (${file} does not end in a SHA-256; pass --skip-hash-check for a copied database file)`);
-    return size;
+    return { length: size };
   }
   const length = size - SHA256_BYTES;
+  // As etcd's restore: with --skip-hash-check a trailer is cut off, not checked.
+  if (skipHashCheck) return { length };
   const fd = fs.openSync(file, 'r');
   const expected = Buffer.alloc(SHA256_BYTES);
   try {
@@ -82,11 +84,16 @@ async function verifiedLength(file: string, skipHashCheck: boolean): Promise<num
   } finally {
     fs.closeSync(fd);
   }
-  const actual = await sha256OfFile(file, length);
+  return { length, expected };
+}
+
+/** Checks the database part against its SHA-256 (`inWorker`: on another thread, beside the import). */
+async function checkHash(file: string, length: number, expected: Buffer | undefined, inWorker: boolean): Promise<void> {
+  if (!expected) return;
+  const actual = inWorker ? await sha256OfFileInWorker(file, length) : await sha256OfFile(file, length);
   if (!actual.equals(expected)) {
     throw new Error(`snapshot ${file} is corrupt: expected sha256 ${expected.toString('hex')}, got ${actual.toString('hex')}`);
   }
-  return length;
 }
 
 const LMDB_MAGIC = 0xbeefc0de;
@@ -124,8 +131,15 @@ async function copyPrefix(from: string, to: string, length: number): Promise<voi
 export async function restoreSnapshot(opts: SnapshotRestoreOptions): Promise<SnapshotRestoreResult> {
   const dataDir = path.resolve(opts.dataDir);
   assertEmptyTarget(dataDir);
-  const length = await verifiedLength(opts.file, !!opts.skipHashCheck);
+  const { length, expected } = splitTrailer(opts.file, !!opts.skipHashCheck);
   const format = formatOf(opts.file);
+  // kvs's snapshot is checked before LMDB opens it (LMDB trusts its file); etcd's is read by
+  // code that checks every page, so its hash is computed meanwhile, and awaited before the
+  // result is put in place.
+  const hashed = format === 'etcd' ? checkHash(opts.file, length, expected, true) : checkHash(opts.file, length, expected, false);
+  // Awaited below; until then a failure must not count as unhandled.
+  hashed.catch(() => undefined);
+  if (format !== 'etcd') await hashed;
   if (!format) {
     throw new Error(`${opts.file} is not a snapshot kvs reads: neither a kvs snapshot (an LMDB database) nor an etcd snapshot (a bbolt database); its first page has neither's magic`);
   }
@@ -142,8 +156,11 @@ export async function restoreSnapshot(opts: SnapshotRestoreOptions): Promise<Sna
       try {
         result = { format, ...(await restoreEtcd(opts.file, length, staging)) };
       } catch (err) {
+        // A file that fails its hash is reported as that, whatever the reader tripped on.
+        await hashed;
         throw new Error(`${opts.file} cannot be restored: ${(err as Error).message}; nothing was written to ${dataDir}`);
       }
+      await hashed;
     } else {
       result = await restoreLmdb(opts.file, length, staging);
     }

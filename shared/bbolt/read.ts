@@ -98,6 +98,18 @@ export interface BoltMeta {
   txid: bigint;
 }
 
+/**
+ * One leaf page's entries without an object per entry (a walk over millions of them): entry
+ * i's key is buf[at[3i], at[3i+1]), its value buf[at[3i+1], at[3i+2]).
+ */
+export interface Leaf {
+  buf: Buffer;
+  count: number;
+  at: Uint32Array;
+  /** 1 where the entry is a nested bucket. */
+  bucket: Uint8Array;
+}
+
 export interface BoltEntry {
   key: Buffer;
   /** The value; for a bucket, its 16-byte header and (inline) page. */
@@ -169,7 +181,7 @@ interface Page {
 
 export class BoltDb {
   readonly meta: BoltMeta;
-  private readonly free: Set<number>;
+  private free = new Set<number>();
 
   constructor(private readonly src: PageSource) {
     const first = readMeta(src, 0, 'meta page 0');
@@ -238,55 +250,84 @@ export class BoltDb {
     return new Bucket(this, this.meta.root, undefined, 'the root bucket');
   }
 
-  /** @internal: the entries of the tree at `root` (or of an inline page), in key order. */
-  *walk(root: number, inline: Buffer | undefined, name: string): Generator<BoltEntry> {
+  /**
+   * @internal: the entries of the tree at `root` (or of an inline page), in key order, one leaf
+   * page at a time (a walk over millions of entries costs one generator step per page).
+   */
+  *walk(root: number, inline: Buffer | undefined, name: string): Generator<Leaf> {
     if (inline) {
-      yield* this.leafEntries({ id: 0, flags: inline.length >= PAGE_HEADER ? inline.readUInt16LE(8) : 0, count: inline.length >= PAGE_HEADER ? inline.readUInt16LE(10) : 0, buf: inline }, `${name} (inline)`);
+      const head = inline.length >= PAGE_HEADER;
+      const leaf = leafOf({ id: 0, flags: head ? inline.readUInt16LE(8) : 0, count: head ? inline.readUInt16LE(10) : 0, buf: inline }, `${name} (inline)`);
+      checkOrder(leaf, undefined, `${name} (inline)`);
+      yield leaf;
       return;
     }
     // Each page of a tree is reached once; a page met again is a loop or two trees sharing it.
     const seen = new Set<number>();
     let last: Buffer | undefined;
-    const visit = function* (this: BoltDb, id: number, from: string, depth: number): Generator<BoltEntry> {
-      if (depth > MAX_DEPTH) throw new BoltError(`${name}'s tree is deeper than ${MAX_DEPTH} levels at page ${id}: its pages form a loop`);
+    // The branch pages on the way down, with the next child to visit of each.
+    const stack: { page: Page; next: number }[] = [];
+    let id = root;
+    let from = `${name}'s root`;
+    for (;;) {
+      if (stack.length > MAX_DEPTH) throw new BoltError(`${name}'s tree is deeper than ${MAX_DEPTH} levels at page ${id}: its pages form a loop`);
       if (seen.has(id)) throw new BoltError(`${name}'s tree reaches page ${id} twice (from ${from}): its pages form a loop`);
       seen.add(id);
       const p = this.page(id, from);
       if (p.flags & FLAG_LEAF) {
-        for (const e of this.leafEntries(p, name)) {
-          if (last && Buffer.compare(last, e.key) >= 0) throw new BoltError(`${name}'s keys are out of order at page ${id}: the tree is damaged`);
-          last = e.key;
-          yield e;
+        const leaf = leafOf(p, `${name}'s leaf page ${id}`);
+        checkOrder(leaf, last, `${name}'s leaf page ${id}`);
+        if (leaf.count) {
+          // A copy: the page's bytes may be reused by the next read.
+          last = Buffer.from(leaf.buf.subarray(leaf.at[3 * leaf.count - 3], leaf.at[3 * leaf.count - 2]));
+          yield leaf;
         }
       } else if (p.flags & FLAG_BRANCH) {
         checkElements(p, `${name}'s branch page ${id}`);
         if (p.count === 0) throw new BoltError(`${name}'s branch page ${id} has no children`);
-        for (let i = 0; i < p.count; i++) {
-          const at = PAGE_HEADER + i * ELEMENT;
-          const child = u64(p.buf, at + 8, `a child of page ${id}`);
-          yield* visit.call(this, child, `page ${id}`, depth + 1);
-        }
+        stack.push({ page: p, next: 0 });
       } else {
         throw new BoltError(`${name}'s tree reaches page ${id} (from ${from}), a ${pageKind(p.flags)} page`);
       }
-    };
-    yield* visit.call(this, root, `${name}'s root`, 0);
-  }
-
-  private *leafEntries(p: Page, name: string): Generator<BoltEntry> {
-    const where = p.id ? `${name}'s leaf page ${p.id}` : name;
-    if (p.buf.length < PAGE_HEADER || (p.flags & FLAG_LEAF) === 0) throw new BoltError(`${where} is not a leaf page (${pageKind(p.flags)})`);
-    checkElements(p, where);
-    for (let i = 0; i < p.count; i++) {
-      const at = PAGE_HEADER + i * ELEMENT;
-      const flags = p.buf.readUInt32LE(at);
-      const kStart = at + p.buf.readUInt32LE(at + 4);
-      const kEnd = kStart + p.buf.readUInt32LE(at + 8);
-      const vEnd = kEnd + p.buf.readUInt32LE(at + 12);
-      if (vEnd > p.buf.length) throw new BoltError(`${where}: element ${i}'s key or value runs past the page's end`);
-      yield { key: p.buf.subarray(kStart, kEnd), value: p.buf.subarray(kEnd, vEnd), isBucket: (flags & BUCKET_LEAF_FLAG) !== 0 };
+      // The next child: of the deepest branch that has one left.
+      while (stack.length && stack[stack.length - 1]!.next >= stack[stack.length - 1]!.page.count) stack.pop();
+      const top = stack[stack.length - 1];
+      if (!top) return;
+      id = u64(top.page.buf, PAGE_HEADER + top.next * ELEMENT + 8, `a child of page ${top.page.id}`);
+      from = `page ${top.page.id}`;
+      top.next++;
     }
   }
+}
+
+/** Keys strictly ascending within the leaf, and after the previous leaf's last key. */
+function checkOrder(leaf: Leaf, last: Buffer | undefined, where: string): void {
+  const { buf, at } = leaf;
+  for (let i = 0; i < leaf.count; i++) {
+    // compare(target, ...): the source's range (the earlier key) against the target's (this one).
+    const before = i > 0 ? buf.compare(buf, at[3 * i], at[3 * i + 1], at[3 * i - 3], at[3 * i - 2]) : last ? last.compare(buf, at[3 * i], at[3 * i + 1]) : -1;
+    if (before >= 0) throw new BoltError(`${where}: its keys are out of order at element ${i}: the tree is damaged`);
+  }
+}
+
+function leafOf(p: Page, where: string): Leaf {
+  if (p.buf.length < PAGE_HEADER || (p.flags & FLAG_LEAF) === 0) throw new BoltError(`${where} is not a leaf page (${pageKind(p.flags)})`);
+  checkElements(p, where);
+  const at = new Uint32Array(3 * p.count);
+  const bucket = new Uint8Array(p.count);
+  const buf = p.buf;
+  for (let i = 0; i < p.count; i++) {
+    const el = PAGE_HEADER + i * ELEMENT;
+    const kStart = el + buf.readUInt32LE(el + 4);
+    const kEnd = kStart + buf.readUInt32LE(el + 8);
+    const vEnd = kEnd + buf.readUInt32LE(el + 12);
+    if (vEnd > buf.length) throw new BoltError(`${where}: element ${i}'s key or value runs past the page's end`);
+    at[3 * i] = kStart;
+    at[3 * i + 1] = kEnd;
+    at[3 * i + 2] = vEnd;
+    bucket[i] = buf.readUInt32LE(el) & BUCKET_LEAF_FLAG;
+  }
+  return { buf, count: p.count, at, bucket };
 }
 
 function checkElements(p: Page, where: string): void {
@@ -316,9 +357,16 @@ export class Bucket {
     readonly name: string,
   ) {}
 
-  /** Every entry, nested buckets included, in key order. */
-  entries(): Generator<BoltEntry> {
+  /** Every entry, nested buckets included, in key order, a leaf page at a time. */
+  leaves(): Generator<Leaf> {
     return this.db.walk(this.rootPage, this.inline, this.name);
+  }
+
+  /** Every entry, nested buckets included, in key order. */
+  *entries(): Generator<BoltEntry> {
+    for (const { buf, count, at, bucket } of this.leaves()) {
+      for (let i = 0; i < count; i++) yield { key: buf.subarray(at[3 * i], at[3 * i + 1]), value: buf.subarray(at[3 * i + 1], at[3 * i + 2]), isBucket: bucket[i] === 1 };
+    }
   }
 
   /** The key/value pairs that are not buckets. */

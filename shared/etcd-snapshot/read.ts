@@ -4,10 +4,10 @@
 // state. Pure: bbolt pages in (shared/bbolt/read.ts), etcd's contents out; every record is
 // checked, and a bad one gives an EtcdSnapshotError naming it.
 import { BoltError, openBolt, type Bucket, type PageSource } from '../bbolt/read.js';
-import { decodeKeyValue, encodeKeyValue, EMPTY, type KeyValue } from '../mvcc/keyvalue.js';
+import { decodeKeyValue, encodeKeyValue, keyValueSize, writeKeyValue, EMPTY, type KeyValue } from '../mvcc/keyvalue.js';
 import { decode } from '../proto/index.js';
 import { decodeRole, decodeUser, type Role, type User } from '../auth/tables.js';
-import { AUTH_KEY, BUCKET, KNOWN_BUCKETS, META_KEY, decodeRevisionKey } from './schema.js';
+import { AUTH_KEY, BUCKET, KNOWN_BUCKETS, META_KEY, REVISION_KEY_BYTES, decodeRevisionKey, type EtcdRevision } from './schema.js';
 
 export class EtcdSnapshotError extends Error {
   constructor(message: string) {
@@ -79,11 +79,22 @@ const n = (v: number | { toNumber(): number }) => (typeof v === 'number' ? v : v
  * with a round trip; a record that does not round-trip (unknown fields, non-minimal varints,
  * damage) is decoded by protobufjs from etcd's kv.proto, which refuses malformed bytes.
  */
+let scratch = Buffer.alloc(4096);
+
+/** Whether `value` is exactly the encoding of `kv` (encoded into a scratch buffer: no garbage per record). */
+function roundTrips(kv: KeyValue, value: Buffer): boolean {
+  const size = keyValueSize(kv);
+  if (size !== value.length) return false;
+  if (scratch.length < size) scratch = Buffer.alloc(Math.max(size, 2 * scratch.length));
+  writeKeyValue(kv, scratch);
+  return scratch.subarray(0, size).equals(value);
+}
+
 function canonicalKeyValue(value: Buffer, where: string): { kv: KeyValue; bytes: Buffer } {
   let kv: KeyValue | undefined;
   try {
     kv = decodeKeyValue(value);
-    if (encodeKeyValue(kv).equals(value)) return { kv, bytes: value };
+    if (roundTrips(kv, value)) return { kv, bytes: value };
   } catch {
     // decoded again below, for the message
   }
@@ -105,6 +116,36 @@ function canonicalKeyValue(value: Buffer, where: string): { kv: KeyValue; bytes:
     if (!Number.isSafeInteger(kv[f]) || kv[f] < 0) throw new EtcdSnapshotError(`${where}: the record's ${f} ${kv[f]} is out of range`);
   }
   return { kv, bytes: encodeKeyValue(kv) };
+}
+
+const TWO_32 = 2 ** 32;
+
+/** decodeRevisionKey of buf[start, end), without a copy; the 8-byte halves read as two 32-bit words. */
+function revisionAt(buf: Buffer, start: number, end: number): EtcdRevision | string {
+  const n = end - start;
+  if ((n !== REVISION_KEY_BYTES && n !== REVISION_KEY_BYTES + 1) || buf[start + 8] !== 0x5f || (n === REVISION_KEY_BYTES + 1 && buf[start + 17] !== 0x74)) {
+    return decodeRevisionKey(buf.subarray(start, end)) as string;
+  }
+  const mainHi = buf.readUInt32BE(start);
+  const subHi = buf.readUInt32BE(start + 9);
+  // Above 2^53 (or negative, as etcd's int64) is refused by decodeRevisionKey's message.
+  if (mainHi >= 0x200000 || subHi >= 0x200000) return decodeRevisionKey(buf.subarray(start, end));
+  return { main: mainHi * TWO_32 + buf.readUInt32BE(start + 4), sub: subHi * TWO_32 + buf.readUInt32BE(start + 13), tombstone: n === REVISION_KEY_BYTES + 1 };
+}
+
+/** One record of the key bucket, checked. */
+function change(r: EtcdRevision, value: Buffer): EtcdChange {
+  const where = `key bucket, revision ${r.main}_${r.sub}${r.tombstone ? ' (deletion)' : ''}`;
+  const { kv, bytes } = canonicalKeyValue(value, where);
+  if (kv.key.length === 0) throw new EtcdSnapshotError(`${where}: the record has no key`);
+  if (r.tombstone) {
+    const key = Buffer.from(kv.key);
+    return { main: r.main, sub: r.sub, tombstone: true, key, kv: encodeKeyValue({ key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }), lease: 0n };
+  }
+  if (kv.modRevision !== r.main) throw new EtcdSnapshotError(`${where}: the record's mod_revision is ${kv.modRevision}`);
+  if (!(kv.version >= 1)) throw new EtcdSnapshotError(`${where}: the record's version is ${kv.version}`);
+  if (!(kv.createRevision >= 1 && kv.createRevision <= r.main)) throw new EtcdSnapshotError(`${where}: the record's create_revision is ${kv.createRevision}`);
+  return { main: r.main, sub: r.sub, tombstone: false, key: asBuffer(kv.key), kv: bytes, lease: kv.lease };
 }
 
 export class EtcdSnapshot {
@@ -154,35 +195,30 @@ export class EtcdSnapshot {
     });
   }
 
-  /** Every stored change in revision order (the `key` bucket), each checked. */
-  *changes(): Generator<EtcdChange> {
-    const bucket = this.bucket(BUCKET.key)!;
+  /** Every stored change in revision order (the `key` bucket), each checked, a leaf page's worth at a time. */
+  *changes(): Generator<EtcdChange[]> {
+    const leaves = this.bucket(BUCKET.key)!.leaves();
     let last = -1;
     let lastSub = -1;
-    const entries = bucket.entries();
     for (;;) {
-      const next = this.guard(() => entries.next());
+      const next = this.guard(() => leaves.next());
       if (next.done) return;
-      const e = next.value;
-      const r = decodeRevisionKey(e.key);
-      if (typeof r === 'string') throw new EtcdSnapshotError(`key bucket: ${r} (key ${e.key.toString('hex')})`);
-      const where = `key bucket, revision ${r.main}_${r.sub}${r.tombstone ? ' (deletion)' : ''}`;
-      if (e.isBucket) throw new EtcdSnapshotError(`${where}: a bucket where a record was expected`);
-      if (r.main < 1 || r.main > MAX_MAIN || r.sub > MAX_SUB) throw new EtcdSnapshotError(`${where}: the revision is out of the range kvs stores`);
-      if (r.main === last && r.sub === lastSub) throw new EtcdSnapshotError(`${where}: the revision is stored twice`);
-      last = r.main;
-      lastSub = r.sub;
-      const { kv, bytes } = canonicalKeyValue(e.value, where);
-      if (kv.key.length === 0) throw new EtcdSnapshotError(`${where}: the record has no key`);
-      if (r.tombstone) {
-        const key = Buffer.from(kv.key);
-        yield { main: r.main, sub: r.sub, tombstone: true, key, kv: encodeKeyValue({ key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }), lease: 0n };
-        continue;
+      const { buf, count, at, bucket } = next.value;
+      const out: EtcdChange[] = new Array(count);
+      for (let i = 0; i < count; i++) {
+        const kStart = at[3 * i]!;
+        const kEnd = at[3 * i + 1]!;
+        // The revision key read in place (an object and a copy per record would add up).
+        const r = revisionAt(buf, kStart, kEnd);
+        if (typeof r === 'string') throw new EtcdSnapshotError(`key bucket: ${r} (key ${buf.toString('hex', kStart, kEnd)})`);
+        if (bucket[i]) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: a bucket where a record was expected`);
+        if (r.main < 1 || r.main > MAX_MAIN || r.sub > MAX_SUB) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: the revision is out of the range kvs stores`);
+        if (r.main === last && r.sub === lastSub) throw new EtcdSnapshotError(`key bucket, revision ${r.main}_${r.sub}: the revision is stored twice`);
+        last = r.main;
+        lastSub = r.sub;
+        out[i] = change(r, buf.subarray(kEnd, at[3 * i + 2]));
       }
-      if (kv.modRevision !== r.main) throw new EtcdSnapshotError(`${where}: the record's mod_revision is ${kv.modRevision}`);
-      if (kv.version < 1) throw new EtcdSnapshotError(`${where}: the record's version is ${kv.version}`);
-      if (kv.createRevision < 1 || kv.createRevision > r.main) throw new EtcdSnapshotError(`${where}: the record's create_revision is ${kv.createRevision}`);
-      yield { main: r.main, sub: r.sub, tombstone: false, key: asBuffer(kv.key), kv: bytes, lease: kv.lease };
+      yield out;
     }
   }
 
