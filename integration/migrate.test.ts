@@ -7,10 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { EtcdClient } from '../shared/etcd-client.js';
 import { num, bigint, int64 } from '../shared/proto/index.js';
-import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from './harness.js';
-import { TcpProxy } from '../chaos/proxy.js';
-import { makeCa } from './certs.js';
-import { startCluster } from './cluster.js';
+import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from '../testkit/harness.js';
+import { TcpProxy } from '../testkit/proxy.js';
+import { makeCa } from '../testkit/certs.js';
+import { startCluster } from '../testkit/node-cluster.js';
 
 const ALL = Buffer.from([0]);
 
