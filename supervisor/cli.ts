@@ -200,6 +200,51 @@ prog
     }
   });
 
+prog
+  .command('migrate')
+  .describe("Copy an etcd cluster into a new data directory and keep following it, every revision kept, until stopped (SIGINT)")
+  .option('--from', 'etcd endpoints, comma-separated (host:port, http:// or https://)')
+  .option('--data-dir', 'The data directory to fill (env KVS_DATA_DIR, default ./kvs-data); a later run on it resumes')
+  .option('--cacert', "CA bundle to verify etcd's TLS certificate")
+  .option('--cert', 'Client certificate for etcd (with --key)')
+  .option('--key', 'Client key for etcd (with --cert)')
+  .option('--user', 'etcd user, name or name:password (root, to read the whole key space)')
+  .option('--password', 'Password of --user')
+  .option('--dial-timeout', 'How long to wait for an endpoint, e.g. 5s', '5s')
+  .example('migrate --from 10.0.0.1:2379,10.0.0.2:2379 --data-dir /var/lib/kvs')
+  .action(async (opts: Record<string, unknown>) => {
+    try {
+      const { migrate } = await import('./commands/migrate.js');
+      const { parseDuration } = await import('../shared/duration.js');
+      const from = typeof opts.from === 'string' ? opts.from : '';
+      if (!from) fail('--from: give the etcd endpoints, e.g. --from 127.0.0.1:2379');
+      const dataDir = config({ 'data-dir': opts['data-dir'] }).dataDir;
+      const ac = new AbortController();
+      const stop = () => ac.abort();
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+      const str = (k: string) => (opts[k] === undefined ? undefined : String(opts[k]));
+      const r = await migrate({
+        endpoints: from.split(',').map((e) => e.trim()).filter(Boolean),
+        cacert: str('cacert'),
+        cert: str('cert'),
+        key: str('key'),
+        user: str('user'),
+        password: str('password'),
+        dialTimeoutMs: parseDuration(String(opts['dial-timeout']), 'dial-timeout'),
+        pollMs: process.env.KVS_MIGRATE_POLL_MS ? Number(process.env.KVS_MIGRATE_POLL_MS) : undefined,
+        dataDir,
+        signal: ac.signal,
+        say: (line) => process.stdout.write(`${line}\n`),
+      });
+      // kvs enforces auth only when started with --auth-enabled (docs/security.md).
+      process.stdout.write(`stopped at revision ${r.revision}; serve it with kvs run --data-dir ${dataDir}${r.authEnabled ? ' --auth-enabled (etcd has auth enabled)' : ''}\n`);
+      process.exit(0);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
 /** `kvs ctl checkpoint`: asks the node's archiver directly (run/archiver.sock). */
 function archiverCheckpoint(cfg: Config): Promise<any> {
   const Ctor = grpc.makeGenericClientConstructor(service('kvs.archiver.Archiver'), 'Archiver');
