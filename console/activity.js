@@ -46,7 +46,7 @@ function view(a) {
       lineChart({ title: 'writes/s by op', series: (ops.length ? ops : ['put']).map((op) => series(op, (p) => p.writes[op] ?? 0)) }),
       lineChart({ title: 'write latency (storage)', fmt: fmtMs, series: [series('p50', (p) => p.writeP50), series('p90', (p) => p.writeP90), series('p99', (p) => p.writeP99)] }),
       lineChart({ title: 'WAL fsync latency', fmt: fmtMs, series: [series('p50', (p) => p.fsyncP50), series('p99', (p) => p.fsyncP99)] }),
-      lineChart({ title: 'watches', fmt: (v) => v.toFixed(0), series: [series('active', (p) => p.watches)] }),
+      lineChart({ title: 'watches', fmt: (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1)), series: [series('active', (p) => p.watches)] }),
     ),
     el('p', { class: 'muted' }, `${pts.length} intervals${a.intervalMs ? ` of ${(a.intervalMs / 1000).toFixed(0)} s` : ''}; percentiles are interpolated within the histograms' buckets.`),
   );

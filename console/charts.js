@@ -34,7 +34,7 @@ export function lineChart({ title, series, fmt = (v) => v.toFixed(1), width = 56
   }
   root.append(svg('text', { x: pad.l, y: height - 6, class: 'axis' }, new Date(t0).toLocaleTimeString()));
   root.append(svg('text', { x: width - pad.r, y: height - 6, 'text-anchor': 'end', class: 'axis' }, new Date(t1).toLocaleTimeString()));
-  let lx = pad.l + 150;
+  let lx = pad.l + title.length * 7 + 16;
   series.forEach((s, i) => {
     const color = COLORS[i % COLORS.length];
     const pts = s.points.filter((p) => p[1] !== undefined && p[1] !== null);

@@ -26,7 +26,7 @@ export async function render(root, { session, get, stream }) {
       const r = await get('keys', { prefix: prefixB64(), after, limit: PAGE });
       if (!after) list.replaceChildren();
       for (const k of r.keys) {
-        list.append(el('div', { 'data-key': keyLabel(k.key), title: `${keyLabel(k.key)} — rev ${k.modRevision}, version ${k.version}`, onclick: (e) => select(k.key, e.currentTarget) }, keyLabel(k.key)));
+        list.append(el('div', { 'data-key': keyLabel(k.key), title: `${keyLabel(k.key)}: revision ${k.modRevision}, version ${k.version}`, onclick: (e) => select(k.key, e.currentTarget) }, keyLabel(k.key)));
       }
       last = r.keys.at(-1)?.key;
       more.hidden = !r.more;
