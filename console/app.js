@@ -30,7 +30,7 @@ function headers(extra = {}) {
   return h;
 }
 
-async function answer(res) {
+async function answer(res, relogin = true) {
   const text = await res.text();
   let body;
   try {
@@ -38,7 +38,7 @@ async function answer(res) {
   } catch {
     body = { error: text };
   }
-  if (res.status === 401 && session?.authEnabled) {
+  if (res.status === 401 && relogin && session?.authEnabled) {
     logout(body.error);
     throw new ApiError(401, body.error);
   }
@@ -54,7 +54,8 @@ export async function get(path, params = {}) {
 
 /** POST /api/<path> with a JSON body and the console's CSRF header. */
 export async function post(path, body = {}) {
-  return answer(await fetch(`/api/${path}`, { method: 'POST', headers: headers({ 'Content-Type': 'application/json', 'X-Kvs-Console': '1' }), body: JSON.stringify(body) }));
+  // A refused login is an answer to show, not a session that ended.
+  return answer(await fetch(`/api/${path}`, { method: 'POST', headers: headers({ 'Content-Type': 'application/json', 'X-Kvs-Console': '1' }), body: JSON.stringify(body) }), path !== 'login');
 }
 
 /** A streamed GET: calls onLine with each JSON line until the returned function aborts it. */
