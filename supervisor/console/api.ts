@@ -360,8 +360,13 @@ export class ConsoleApi {
         res.end();
       },
     );
-    req.on('close', cancel);
+    // The connection closing ends the watch; so does a client that half-closes it (done sending:
+    // a browser never does, a script that is done does).
     res.on('close', cancel);
+    req.socket.once('end', () => {
+      cancel();
+      res.end();
+    });
   }
 }
 
