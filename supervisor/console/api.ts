@@ -209,7 +209,8 @@ export class ConsoleApi {
       case 'key':
         return sendJson(res, 200, await this.key(who, fromB64(q.get('key'), 'key')));
       case 'history': {
-        const h = await keyHistory(this.etcd, who.token, fromB64(q.get('key'), 'key'), intParam(q.get('limit'), 'limit', 1000, 1, 10_000), await this.compactRevision());
+        const fresh = async () => (await this.sampler.sampleNow(), sumOf(this.sampler.latest()?.m ?? {}, 'kvs_compact_revision'));
+        const h = await keyHistory(this.etcd, who.token, fromB64(q.get('key'), 'key'), intParam(q.get('limit'), 'limit', 1000, 1, 10_000), await this.compactRevision(), fresh);
         return sendJson(res, 200, { ...h, revisions: h.revisions.map((kv) => kvJson(kv, true)) });
       }
       case 'watch':

@@ -60,7 +60,18 @@ export function probes(known: Known[], floor: Known, minRevision: number, budget
   return { revisions: [...new Set(out)].sort((a, b) => b - a).slice(0, budget), unreachable };
 }
 
-export async function keyHistory(etcd: EtcdApi, token: string | undefined, key: Buffer, limit: number, compactRevision: number): Promise<KeyHistory> {
+/**
+ * `compactRevision`: the node's compaction watermark as last sampled; `freshCompact` reads it
+ * again, called once if a read finds history compacted since.
+ */
+export async function keyHistory(
+  etcd: EtcdApi,
+  token: string | undefined,
+  key: Buffer,
+  limit: number,
+  compactRevision: number,
+  freshCompact: () => Promise<number> = async () => compactRevision,
+): Promise<KeyHistory> {
   if (key.length === 0) throw new EtcdError(grpc.status.INVALID_ARGUMENT, 'etcdserver: key is not provided');
   const first = await etcd.range(token, { key });
   let reads = 1;
@@ -73,6 +84,7 @@ export async function keyHistory(etcd: EtcdApi, token: string | undefined, key: 
       if (err instanceof EtcdError && /compacted/.test(err.message)) return undefined;
       throw err;
     });
+    if (!events) return keyHistory(etcd, token, key, limit, Math.max(compactRevision + 1, await freshCompact()), freshCompact);
     if (events) {
       const revisions = events.filter((kv) => kv.version >= oldest).sort((a, b) => b.version - a.version);
       const end = revisions.at(-1)?.version === 1 ? 'created' : revisions.length >= limit ? 'limit' : 'compacted';
@@ -85,7 +97,13 @@ export async function keyHistory(etcd: EtcdApi, token: string | undefined, key: 
   const found = new Map<number, KeyValue>([[live.version, live]]);
   let minRevision = Math.max(1, compactRevision);
   let compacted = false;
+  let stale = false;
+  let refreshed = false;
   for (;;) {
+    if (stale && !refreshed) {
+      refreshed = true;
+      minRevision = Math.max(minRevision, await freshCompact());
+    }
     const known = [...found.values()].map((kv) => ({ version: kv.version, mod: kv.modRevision }));
     const next = probes(known, floor, minRevision, ROUND);
     compacted ||= next.unreachable;
@@ -97,6 +115,7 @@ export async function keyHistory(etcd: EtcdApi, token: string | undefined, key: 
           // Compacted meanwhile: nothing below that revision any more.
           if (err instanceof EtcdError && err.code === grpc.status.OUT_OF_RANGE) {
             minRevision = Math.max(minRevision, revision + 1);
+            stale = true;
             return undefined;
           }
           throw err;
@@ -110,7 +129,7 @@ export async function keyHistory(etcd: EtcdApi, token: string | undefined, key: 
       else if (kv.modRevision > floor.mod) floor = { version: kv.version, mod: kv.modRevision };
     }
   }
-  compactRevision = Math.max(compactRevision, minRevision === 1 ? 0 : minRevision);
+  if (refreshed) compactRevision = Math.max(compactRevision, minRevision);
   const revisions = [...found.values()].sort((a, b) => b.version - a.version);
   const complete = revisions.length === live.version - oldest + 1;
   const end = !complete || compacted ? 'compacted' : oldest === 1 ? 'created' : 'limit';
