@@ -38,7 +38,8 @@ export function lineChart({ title, series, fmt = (v) => v.toFixed(1), width = 56
   series.forEach((s, i) => {
     const color = COLORS[i % COLORS.length];
     const pts = s.points.filter((p) => p[1] !== undefined && p[1] !== null);
-    if (pts.length > 0) {
+    if (pts.length === 1) root.append(svg('circle', { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: color }));
+    if (pts.length > 1) {
       root.append(svg('polyline', { points: pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' '), fill: 'none', stroke: color, 'stroke-width': 1.5 }));
     }
     const last = pts.at(-1);

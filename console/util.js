@@ -68,6 +68,7 @@ export function prettyJson(text) {
 
 export function fmtMs(seconds) {
   if (seconds === undefined || seconds === null) return '–';
+  if (seconds === 0) return '0';
   const ms = seconds * 1000;
   return ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : ms < 100 ? `${ms.toFixed(2)} ms` : `${ms.toFixed(0)} ms`;
 }

@@ -81,9 +81,16 @@ test('every view loads against a single node and shows what was written; history
   await p.goto(`${url}/#/activity`);
   await waitText(p, '[data-card=revision]', String(revision));
   await waitText(p, 'svg.chart', 'writes/s by op');
-  // A second sample after the writes: the put rate is drawn (legend "put <rate>").
-  await client.put('app/tick').value('1');
-  await waitText(p, 'svg.chart', 'WAL fsync latency');
+  // Writes while the samples come in (every 2 s): the put rate and latencies are drawn.
+  let ticking = true;
+  const ticks = (async () => {
+    for (let i = 0; ticking; i++) await client.put(`tick/${i % 5}`).value(String(i));
+  })();
+  await p.waitForFunction(() => Number(/(\d+) intervals/.exec(document.querySelector('section[data-view=activity]')?.textContent ?? '')?.[1] ?? 0) >= 4, { timeout: 30_000 });
+  await waitText(p, 'svg.chart [data-series=put]', 'put ');
+  ticking = false;
+  await ticks;
+  assert.doesNotMatch(await p.$eval('svg.chart [data-series=put]', (e) => e.textContent ?? ''), /put 0\.0$/, 'a put rate above 0');
   await shot(p, 'activity');
 
   await p.goto(`${url}/#/keys?prefix=app/&key=app/config`);
@@ -203,6 +210,10 @@ test('the cluster view of a follower shows every member and follows a killed lea
   await p.waitForFunction((id: string) => document.querySelector(`[data-testid=member][data-name="${id}"]`)?.getAttribute('data-role') === 'down', { timeout: 60_000 }, leader.id);
   const next = await waitForLeader(cluster.nodes.filter((n) => n !== leader));
   await waitText(p, '[data-testid=member][data-role=leader]', next.id, 60_000);
+  await waitText(p, '[data-testid=timeline]', `leader ${leader.id} (term `);
+  await waitText(p, '[data-testid=timeline]', `-> ${next.id} (term `);
+  await waitText(p, '[data-testid=timeline]', `${leader.id} is down`);
+  await waitText(p, `[data-testid=member][data-name="${leader.id}"]`, 'unreachable: connect ECONNREFUSED');
   if (next === watcher) await waitText(p, '[data-testid=timeline]', 'role follower -> leader');
   await shot(p, 'cluster-failover');
 });

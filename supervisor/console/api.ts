@@ -101,6 +101,9 @@ export class ConsoleApi {
   /** Every member this console has seen (MemberList drops one that is down). */
   private readonly seenMembers = new Map<string, { name: string; clientURL: string }>();
   private readonly verified = new Map<string, { at: number; caller: Caller }>();
+  /** The leader and term the last cluster view saw, for the timeline. */
+  private lastLeader: { name: string; term: number } | undefined;
+  private readonly memberUp = new Map<string, boolean>();
 
   constructor(
     private readonly cfg: Config,
@@ -281,13 +284,26 @@ export class ConsoleApi {
           const s = await this.etcd.status(who.token, urlAddress(mem.clientURL), 1500);
           return { id, name: mem.name, clientURL: mem.clientURL, up: true, listed: listed.has(id), role: s.leader === '0' ? 'no leader' : s.leader === s.memberId ? 'leader' : 'follower', term: s.raftTerm, revision: s.revision, leader: s.leader };
         } catch (err) {
-          return { id, name: mem.name, clientURL: mem.clientURL, up: false, listed: listed.has(id), error: (err as Error).message };
+          return { id, name: mem.name, clientURL: mem.clientURL, up: false, listed: listed.has(id), error: unreachable((err as Error).message) };
         }
       }),
     );
     const leader = members.find((x) => x.up && x.role === 'leader');
     const withLag = members.map((x) => ({ ...x, lag: leader && x.up && 'revision' in x ? Math.max(0, (leader as { revision: number }).revision - (x.revision ?? 0)) : undefined }));
     withLag.sort((a, b) => a.name.localeCompare(b.name));
+    // Elections anywhere in the cluster, as this console sees the leader change.
+    if (leader && 'term' in leader) {
+      const now = { name: leader.name, term: leader.term as number };
+      if (this.lastLeader && (this.lastLeader.name !== now.name || this.lastLeader.term !== now.term)) {
+        this.sampler.events.push({ t: Date.now(), kind: 'election', text: `leader ${this.lastLeader.name} (term ${this.lastLeader.term}) -> ${now.name} (term ${now.term})` });
+      }
+      this.lastLeader = now;
+    }
+    for (const x of withLag) {
+      const was = this.memberUp.get(x.id);
+      if (was !== undefined && was !== x.up) this.sampler.events.push({ t: Date.now(), kind: 'member', text: `${x.name} ${x.up ? 'is up again' : 'is down'}` });
+      this.memberUp.set(x.id, x.up);
+    }
     const lock = await this.durability.leaderLock().catch((err: Error) => ({ error: err.message }));
     return {
       nodeId: this.cfg.nodeId,
@@ -369,6 +385,12 @@ export class ConsoleApi {
       res.end();
     });
   }
+}
+
+/** grpc-js's long UNAVAILABLE text, cut to what failed (e.g. "connect ECONNREFUSED 127.0.0.1:2379"). */
+function unreachable(message: string): string {
+  const m = /(connect E[A-Z]+ [^\s.]+(?:\.[^\s.]+)*)|(Deadline exceeded)/i.exec(message);
+  return `unreachable: ${m ? m[0].replace(/\.$/, '') : message}`;
 }
 
 function requireRoot(who: Caller, what: string): void {

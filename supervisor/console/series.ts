@@ -126,7 +126,7 @@ export function activity(samples: Sample[]): ActivityPoint[] {
 
 export interface TimelineEvent {
   t: number;
-  kind: 'role' | 'election' | 'resync';
+  kind: 'role' | 'election' | 'resync' | 'member';
   text: string;
 }
 
