@@ -103,6 +103,8 @@ test("a key's history: every revision with its value, read by one watch (dense) 
     written.push({ rev: (await client.put('hist/sparse').value(value).exec()).header.revision, value });
     for (let j = 0; j < 1 + (i % 7); j++) await client.put(`hist/other/${j}`).value(String(i));
   }
+  // More revisions since its creation than 100 per version (history.ts's DENSE): probes, not a watch.
+  for (let i = 0; i < 42; i++) await Promise.all(Array.from({ length: 100 }, (_, j) => client.put(`hist/later/${j}`).value(String(i))));
   const h = await api(`/api/history?key=${encodeURIComponent(b64('hist/sparse'))}`);
   assert.equal(h.status, 200, JSON.stringify(h.body));
   assert.equal(h.body.end, 'created');

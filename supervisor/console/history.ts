@@ -7,9 +7,9 @@
 // below a known version finds its predecessor exactly, so every round makes progress). No
 // probe goes below the compact revision, where etcd keeps nothing. Reads at a fixed past
 // revision never change: serializable (no leader round trip on a follower).
-// When the incarnation is dense in the revisions since it was created (most of them are its
-// own writes), one watch from create_revision is cheaper still: the gateway's catch-up scan
-// reads those revisions once, in process, and streams the key's events.
+// When the revisions since the incarnation was created are not many more than its versions (at
+// most DENSE per version), one watch from create_revision is cheaper still: the gateway's
+// catch-up scan reads those revisions once, in process, and streams the key's events.
 import * as grpc from '@grpc/grpc-js';
 import { EtcdError, type EtcdApi, type KeyValue } from './etcd.js';
 
@@ -27,8 +27,12 @@ export interface KeyHistory {
 
 /** Probes in flight at once. */
 const ROUND = 256;
-/** The watch route when the revisions it scans are at most this many per version wanted. */
-const DENSE = 4;
+/**
+ * The watch route when the revisions it scans are at most this many per version wanted. Measured
+ * (200 versions, 2026-12-02): the scan costs ~3.5 µs a revision, a probe ~0.3 ms and a history
+ * needs ~1.5 probes a version, so the two cross at about 130 revisions a version.
+ */
+const DENSE = 100;
 const WATCH_MS = 10_000;
 
 interface Known {
@@ -71,6 +75,7 @@ export async function keyHistory(
   limit: number,
   compactRevision: number,
   freshCompact: () => Promise<number> = async () => compactRevision,
+  dense = DENSE,
 ): Promise<KeyHistory> {
   if (key.length === 0) throw new EtcdError(grpc.status.INVALID_ARGUMENT, 'etcdserver: key is not provided');
   const first = await etcd.range(token, { key });
@@ -79,12 +84,12 @@ export async function keyHistory(
   if (!live) return { revision: first.revision, compactRevision, revisions: [], end: 'absent', reads };
   const oldest = Math.max(1, live.version - limit + 1);
   const scanFrom = Math.max(live.createRevision, compactRevision + 1);
-  if (first.revision - scanFrom + 1 <= DENSE * (live.version - oldest + 1)) {
+  if (first.revision - scanFrom + 1 <= dense * (live.version - oldest + 1)) {
     const events = await watchedVersions(etcd, token, key, scanFrom, live).catch((err: unknown) => {
       if (err instanceof EtcdError && /compacted/.test(err.message)) return undefined;
       throw err;
     });
-    if (!events) return keyHistory(etcd, token, key, limit, Math.max(compactRevision + 1, await freshCompact()), freshCompact);
+    if (!events) return keyHistory(etcd, token, key, limit, Math.max(compactRevision + 1, await freshCompact()), freshCompact, dense);
     if (events) {
       const revisions = events.filter((kv) => kv.version >= oldest).sort((a, b) => b.version - a.version);
       const end = revisions.at(-1)?.version === 1 ? 'created' : revisions.length >= limit ? 'limit' : 'compacted';
