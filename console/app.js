@@ -38,8 +38,12 @@ async function answer(res, relogin = true) {
   } catch {
     body = { error: text };
   }
-  if (res.status === 401 && relogin && session?.authEnabled) {
-    logout(body.error);
+  if (res.status === 401 && relogin) {
+    // The token expired or was revoked, or auth was enabled since the page loaded: log in again.
+    store.removeItem('kvs-token');
+    store.removeItem('kvs-user');
+    if (session?.authEnabled) logout(body.error);
+    else setTimeout(() => start().catch((err) => main.replaceChildren(errorBox(err))), 0);
     throw new ApiError(401, body.error);
   }
   if (!res.ok) throw new ApiError(res.status, body.error ?? `HTTP ${res.status}`);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import https from 'node:https';
 import { readFileSync } from 'node:fs';
 import { Etcd3 } from 'etcd3';
-import { etcdctl, localObjectStore, onCleanup, reservePort, startKvs, waitComponent, type Ctx } from './harness.js';
+import { etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, waitComponent, type Ctx } from './harness.js';
 import { makeCa } from './certs.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -252,4 +252,18 @@ test('with TLS on the client port the console is served over https with its cert
   assert.equal(await plain.text(), 'ok\n');
   const redirect = await fetch(`http://127.0.0.1:${port}/api/keys`, { redirect: 'manual' });
   assert.deepEqual([redirect.status, redirect.headers.get('location')], [308, `https://127.0.0.1:${port}/api/keys`]);
+});
+
+test('auth enabled or disabled at run time (etcdctl auth enable|disable) is what the console enforces', async (t) => {
+  const { node, api } = await consoleNode(t, ['--bcrypt-cost', '4']);
+  assert.equal((await api('/api/session')).body.authEnabled, false);
+  assert.equal((await api('/api/keys')).status, 200);
+  for (const args of [['user', 'add', 'root:rootpw'], ['user', 'grant-role', 'root', 'root'], ['auth', 'enable']]) assert.equal((await etcdctl(node.endpoint, args)).exitCode, 0);
+  const on = await pollUntil('the console to see auth on', async () => ((await api('/api/session')).body.authEnabled ? true : undefined), 10_000);
+  assert.equal(on, true);
+  const r = await api('/api/keys');
+  assert.deepEqual([r.status, r.body.error], [401, 'log in: this node has auth enabled']);
+  assert.equal((await etcdctl(node.endpoint, ['--user', 'root:rootpw', 'auth', 'disable'])).exitCode, 0);
+  await pollUntil('the console to see auth off', async () => ((await api('/api/session')).body.authEnabled === false ? true : undefined), 10_000);
+  assert.equal((await api('/api/keys')).status, 200);
 });

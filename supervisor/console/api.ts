@@ -104,6 +104,7 @@ export class ConsoleApi {
   /** The leader and term the last cluster view saw, for the timeline. */
   private lastLeader: { name: string; term: number } | undefined;
   private readonly memberUp = new Map<string, boolean>();
+  private authState: { at: number; on: Promise<boolean> } | undefined;
 
   constructor(
     private readonly cfg: Config,
@@ -152,11 +153,26 @@ export class ConsoleApi {
     });
   }
 
+  /**
+   * Whether the node enforces auth now: `etcdctl auth enable|disable` changes it at run time,
+   * whatever --auth-enabled said at start. An anonymous read tells (etcd refuses it with "user
+   * name is empty" while auth is on); asked at most once a second.
+   */
+  private authOn(): Promise<boolean> {
+    if (this.authState && Date.now() - this.authState.at < 1000) return this.authState.on;
+    const on = this.etcd.range(undefined, { key: Buffer.from([0]), keysOnly: true, serializable: true }).then(
+      () => false,
+      (err: unknown) => (err instanceof EtcdError && /user name is empty|invalid auth token|permission denied/.test(err.message) ? true : this.cfg.authEnabled),
+    );
+    this.authState = { at: Date.now(), on };
+    return on;
+  }
+
   private async caller(req: http.IncomingMessage): Promise<Caller> {
     const auth = req.headers.authorization;
     const token = auth?.startsWith('Bearer ') ? auth.slice(7).trim() : undefined;
     const user = typeof req.headers['x-kvs-user'] === 'string' ? req.headers['x-kvs-user'] : undefined;
-    if (!this.cfg.authEnabled) return { token: undefined, user: undefined, roles: [], root: true };
+    if (!(await this.authOn())) return { token: undefined, user: undefined, roles: [], root: true };
     if (!token || !user) throw new HttpError(401, 'log in: this node has auth enabled');
     const cacheKey = `${user}\0${token}`;
     const hit = this.verified.get(cacheKey);
@@ -187,7 +203,7 @@ export class ConsoleApi {
     if (route === 'session' && !post) return sendJson(res, 200, await this.session(req));
     if (route === 'login' && post) {
       const body = await readJson(req);
-      if (!this.cfg.authEnabled) throw new HttpError(400, 'auth is not enabled on this node: no login needed');
+      if (!(await this.authOn())) throw new HttpError(400, 'auth is not enabled on this node: no login needed');
       if (typeof body.name !== 'string' || typeof body.password !== 'string') throw new HttpError(400, 'login needs "name" and "password" strings');
       let token: string;
       try {
@@ -248,8 +264,9 @@ export class ConsoleApi {
   }
 
   private async session(req: http.IncomingMessage): Promise<object> {
-    const base = { authEnabled: this.cfg.authEnabled, nodeId: this.cfg.nodeId, listen: this.cfg.listen, tokenTtl: this.cfg.tokenTtl, objectStore: !!this.cfg.s3Bucket };
-    if (!this.cfg.authEnabled) return { ...base, user: null, root: true, permissions: 'all' };
+    const authEnabled = await this.authOn();
+    const base = { authEnabled, nodeId: this.cfg.nodeId, listen: this.cfg.listen, tokenTtl: this.cfg.tokenTtl, objectStore: !!this.cfg.s3Bucket };
+    if (!authEnabled) return { ...base, user: null, root: true, permissions: 'all' };
     let who: Caller;
     try {
       who = await this.caller(req);
