@@ -149,9 +149,10 @@ function historyView(h) {
   }[h.end];
   const items = revs.map((r, i) => {
     const older = revs[i + 1];
-    const cur = asText(bytesOf(r.value));
+    const cur = r.valueOmitted ? undefined : asText(bytesOf(r.value));
     let change;
-    if (!older) change = el('pre', { class: 'diff' }, el('span', { class: 'add' }, `+ ${cur ?? `<${r.size} bytes>`}`));
+    if (r.valueOmitted || older?.valueOmitted) change = el('pre', { class: 'diff' }, `${r.size} bytes (too large to show in the history)`);
+    else if (!older) change = el('pre', { class: 'diff' }, el('span', { class: 'add' }, `+ ${cur ?? `<${r.size} bytes>`}`));
     else {
       const prev = asText(bytesOf(older.value));
       if (cur === undefined || prev === undefined) change = el('pre', { class: 'diff' }, `binary: ${older.size} -> ${r.size} bytes${older.value === r.value ? ' (unchanged)' : ''}`);

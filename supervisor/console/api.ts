@@ -73,6 +73,9 @@ function httpStatus(code: number): number {
 }
 
 const b64 = (b: Buffer): string => b.toString('base64');
+/** A value in a history answer at most this big, and all of them together. */
+const HISTORY_VALUE_MAX = 256 * 1024;
+const HISTORY_VALUE_BUDGET = 16 * 1024 * 1024;
 function fromB64(s: string | null, what: string): Buffer {
   if (s === null) return Buffer.alloc(0);
   if (!/^[A-Za-z0-9+/_-]*={0,2}$/.test(s)) throw new HttpError(400, `${what} must be base64, got "${s.slice(0, 40)}"`);
@@ -86,8 +89,8 @@ function intParam(s: string | null, what: string, def: number, min: number, max:
 
 const kvJson = (kv: KeyValue, withValue: boolean) => ({
   key: b64(kv.key),
-  ...(withValue ? { value: b64(kv.value) } : {}),
-  size: kv.value.length,
+  // keys_only answers carry no value, hence no size either.
+  ...(withValue ? { value: b64(kv.value), size: kv.value.length } : {}),
   createRevision: kv.createRevision,
   modRevision: kv.modRevision,
   version: kv.version,
@@ -230,7 +233,14 @@ export class ConsoleApi {
       case 'history': {
         const fresh = async () => (await this.sampler.sampleNow(), sumOf(this.sampler.latest()?.m ?? {}, 'kvs_compact_revision'));
         const h = await keyHistory(this.etcd, who.token, fromB64(q.get('key'), 'key'), intParam(q.get('limit'), 'limit', 1000, 1, 10_000), await this.compactRevision(), fresh);
-        return sendJson(res, 200, { ...h, revisions: h.revisions.map((kv) => kvJson(kv, true)) });
+        // Large values are left out of the history (their size stays): a thousand of them would
+        // make an answer no browser wants; the key view shows the live one whole.
+        let budget = HISTORY_VALUE_BUDGET;
+        const revisions = h.revisions.map((kv) => {
+          const keep = kv.value.length <= HISTORY_VALUE_MAX && (budget -= kv.value.length) >= 0;
+          return { ...kvJson(kv, keep), size: kv.value.length, ...(keep ? {} : { valueOmitted: true }) };
+        });
+        return sendJson(res, 200, { ...h, revisions });
       }
       case 'watch':
         return this.watch(who, req, res, fromB64(q.get('prefix'), 'prefix'));
