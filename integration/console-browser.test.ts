@@ -214,6 +214,6 @@ test('the cluster view of a follower shows every member and follows a killed lea
   await waitText(p, '[data-testid=timeline]', `-> ${next.id} (term `);
   await waitText(p, '[data-testid=timeline]', `${leader.id} is down`);
   await waitText(p, `[data-testid=member][data-name="${leader.id}"]`, 'unreachable: connect ECONNREFUSED');
-  if (next === watcher) await waitText(p, '[data-testid=timeline]', 'role follower -> leader');
+  if (next === watcher) await waitText(p, '[data-testid=timeline]', 'role: follower -> leader');
   await shot(p, 'cluster-failover');
 });
