@@ -171,9 +171,15 @@ test('state-changing requests need the console header, a JSON body and the same 
   const cp = await post('/api/actions/checkpoint', {});
   assert.equal(cp.status, 200, JSON.stringify(cp.body));
   assert.match(cp.body.key, /^checkpoint\//);
-  const d = await api('/api/durability');
+  const d = await api('/api/durability?keep=1');
   assert.equal(d.body.latest.checkpoint, cp.body.key);
-  assert.equal(d.body.gc.error, undefined);
+  // The boot's checkpoint and this one: a gc keeping one would delete the older; a dry run
+  // deletes nothing.
+  assert.equal(d.body.checkpoints, 2);
+  assert.equal(d.body.gc.checkpoints, 1, JSON.stringify(d.body.gc));
+  assert.notEqual(d.body.gc.checkpointKeys[0], cp.body.key);
+  assert.equal((await api('/api/durability?keep=1')).body.checkpoints, 2, 'the dry run deleted nothing');
+  assert.equal((await api('/api/durability?keep=0')).status, 400);
 
   const bad = await post('/api/actions/restart', { component: 'nope' });
   assert.deepEqual([bad.status, bad.body.error], [400, 'no component "nope"; components: archiver, storage, gateway']);

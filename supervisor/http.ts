@@ -94,7 +94,10 @@ export function serveHttp(addr: string, endpoints: Endpoints, onError: (err: Err
       sockets.add(socket);
       socket.on('close', () => sockets.delete(socket));
       socket.on('error', () => socket.destroy());
+      // Until its first byte a connection belongs to no server, whose timeouts would cut it.
+      socket.setTimeout(10_000, () => socket.destroy());
       socket.once('data', (first) => {
+        socket.setTimeout(0);
         socket.pause();
         socket.unshift(first);
         if (first[0] === 0x16) {

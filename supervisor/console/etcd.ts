@@ -139,7 +139,7 @@ export class EtcdApi {
     const r = await this.unary(this.self, 'Cluster', 'MemberList', {}, token);
     return {
       memberId: String(r.header?.memberId ?? '0'),
-      members: (r.members ?? []).map((m: any) => ({ id: String(m.ID ?? m.iD ?? m.id ?? '0'), name: m.name ?? '', clientURLs: m.clientURLs ?? [], peerURLs: m.peerURLs ?? [] })),
+      members: (r.members ?? []).map((m: any) => ({ id: String(m.ID ?? '0'), name: m.name ?? '', clientURLs: m.clientURLs ?? [], peerURLs: m.peerURLs ?? [] })),
     };
   }
 
