@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { Etcd3 } from 'etcd3';
 import { etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, waitComponent, type Ctx } from './harness.js';
 import { makeCa } from './certs.js';
+import { rawExchange } from '../chaos/fuzz/raw-socket.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const unb64 = (s: string) => Buffer.from(s, 'base64').toString();
@@ -273,3 +274,54 @@ test('auth enabled or disabled at run time (etcdctl auth enable|disable) is what
   await pollUntil('the console to see auth off', async () => ((await api('/api/session')).body.authEnabled === false ? true : undefined), 10_000);
   assert.equal((await api('/api/keys')).status, 200);
 });
+
+test('the watch stream: a JSON line per change under the prefix, none from outside it; it ends when the client closes or half-closes', async (t) => {
+  const { node, client, base } = await consoleNode(t);
+  const lines: any[] = [];
+  let buf = '';
+  const ctl = new AbortController();
+  const res = await fetch(`${base}/api/watch?prefix=${encodeURIComponent(b64('w/'))}`, { signal: ctl.signal });
+  assert.equal(res.headers.get('content-type'), 'application/x-ndjson');
+  const reader = res.body!.getReader();
+  const next = async (what: (l: any) => boolean) => {
+    for (;;) {
+      const found = lines.find(what);
+      if (found) return found;
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`the stream ended; lines: ${JSON.stringify(lines)}`);
+      buf += Buffer.from(value).toString();
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        lines.push(JSON.parse(buf.slice(0, nl)));
+        buf = buf.slice(nl + 1);
+      }
+    }
+  };
+  await next((l) => l.watching === b64('w/'));
+  await client.put('x/outside').value('no');
+  await client.put('w/1').value('yes');
+  await client.delete().key('w/1');
+  const put = await next((l) => l.events?.some((e: { type: string }) => e.type === 'PUT'));
+  assert.deepEqual(put.events.map((e: { key: string; value: string }) => [unb64(e.key), unb64(e.value)]), [['w/1', 'yes']]);
+  const del = await next((l) => l.events?.some((e: { type: string }) => e.type === 'DELETE'));
+  assert.equal(unb64(del.events[0].key), 'w/1');
+  assert.ok(!lines.some((l) => l.events?.some((e: { key: string }) => unb64(e.key) === 'x/outside')));
+  ctl.abort();
+  await reader.closed.catch(() => undefined);
+  // The gateway's watchers go back to none once the stream is gone.
+  await pollUntil('the watch to be cancelled', async () => {
+    const m = await (await fetch(`${base}/metrics`)).text();
+    return /^kvs_watch_active 0$/m.test(m) ? true : undefined;
+  }, 10_000);
+
+  // A client that half-closes (done sending) ends it too.
+  const r = await rawExchange(base.replace('http://', ''), Buffer.from(`GET /api/watch?prefix=${encodeURIComponent(b64('w/'))} HTTP/1.1\r\nHost: x\r\n\r\n`), true, 10_000);
+  assert.ok(r.closed, 'the server closed the half-closed watch');
+  assert.match(r.received.toString(), /^HTTP\/1\.1 200 OK[\s\S]*"watching"/);
+  assert.equal((await api0(node.endpoint)).status, 'ok');
+});
+
+/** The node still answers a read. */
+async function api0(endpoint: string): Promise<{ status: string }> {
+  const r = await etcdctl(endpoint, ['get', 'w/1']);
+  return { status: r.exitCode === 0 ? 'ok' : r.stderr };
+}

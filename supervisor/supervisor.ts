@@ -173,10 +173,8 @@ export class Supervisor {
     const consoleApi = new ConsoleApi(this.cfg, {
       metricsJson: async () => M.mergedJson(await this.metricsParts()),
       components: () => this.components.map((c) => ({ name: c.name, state: c.state, pid: c.pid ?? 0, restarts: c.restarts, lastExit: c.lastExit ?? '', detail: c.detail ?? '' })),
-      restart: async (name) => {
-        this.log.info({ child: name }, 'restart requested from the console');
-        await this.get(name)!.restart();
-      },
+      restart: (name) => this.get(name)!.restart(),
+      logAction: (what, fields) => this.log.info(fields, what),
     });
     try {
       this.http = await serveHttp(

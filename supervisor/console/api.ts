@@ -33,6 +33,8 @@ export interface NodeFacts {
   metricsJson(): Promise<import('../../shared/metrics.js').MetricsJson>;
   components(): { name: string; state: string; pid: number; restarts: number; lastExit: string; detail: string }[];
   restart(component: string): Promise<void>;
+  /** An action taken from the console, for the node's log. */
+  logAction(what: string, fields: Record<string, unknown>): void;
 }
 
 interface Caller {
@@ -251,13 +253,17 @@ export class ConsoleApi {
         const body = await readJson(req);
         const rev = Number(body.revision);
         if (!Number.isInteger(rev) || rev < 1) throw new HttpError(400, `revision must be a whole number of at least 1, got ${JSON.stringify(body.revision)}`);
-        return sendJson(res, 200, { compacted: rev, revision: await this.etcd.compact(who.token, rev) });
+        const revision = await this.etcd.compact(who.token, rev);
+        this.node.logAction(`compacted to revision ${rev} from the console`, { user: who.user, revision: rev });
+        return sendJson(res, 200, { compacted: rev, revision });
       }
       case 'POST actions/checkpoint':
         requireRoot(who, 'checkpoint');
         await readJson(req);
         if (!this.durability.enabled) throw new HttpError(400, 'this node has no object store (--s3-bucket): there is nothing to checkpoint to');
-        return sendJson(res, 200, await this.durability.checkpoint());
+        const cp = await this.durability.checkpoint();
+        this.node.logAction(cp.unchanged ? `checkpoint from the console: no change since ${cp.key}` : `checkpoint ${cp.key} from the console`, { user: who.user });
+        return sendJson(res, 200, cp);
       case 'POST actions/restart': {
         requireRoot(who, 'restart a component');
         const body = await readJson(req);
@@ -265,6 +271,7 @@ export class ConsoleApi {
         if (typeof body.component !== 'string' || !names.includes(body.component)) {
           throw new HttpError(400, `no component ${JSON.stringify(body.component)}; components: ${names.join(', ')}`);
         }
+        this.node.logAction(`restart of ${body.component} requested from the console`, { user: who.user, child: body.component });
         await this.node.restart(body.component);
         return sendJson(res, 200, { restarted: body.component, components: this.node.components() });
       }
