@@ -20,7 +20,13 @@ const HELP = `Usage: npm run console-bench -- [flags]
 `;
 
 function flags(): { keys: number; revisions: number; samples: number } {
-  const { values } = parseArgs({ options: { keys: { type: 'string' }, revisions: { type: 'string' }, samples: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  let values: { keys?: string; revisions?: string; samples?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({ options: { keys: { type: 'string' }, revisions: { type: 'string' }, samples: { type: 'string' }, help: { type: 'boolean', short: 'h' } } }));
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${HELP}`);
+    process.exit(2);
+  }
   if (values.help) {
     process.stdout.write(HELP);
     process.exit(0);
