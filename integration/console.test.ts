@@ -10,6 +10,7 @@ import { Etcd3 } from 'etcd3';
 import { etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, waitComponent, type Ctx } from './harness.js';
 import { makeCa } from './certs.js';
 import { rawExchange } from '../chaos/fuzz/raw-socket.js';
+import { startCluster, waitForLeader } from './cluster.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const unb64 = (s: string) => Buffer.from(s, 'base64').toString();
@@ -325,3 +326,33 @@ async function api0(endpoint: string): Promise<{ status: string }> {
   const r = await etcdctl(endpoint, ['get', 'w/1']);
   return { status: r.exitCode === 0 ? 'ok' : r.stderr };
 }
+
+test('a follower\'s console with auth on: a login there sees every member, and a killed leader as down', { timeout: 240_000 }, async (t) => {
+  const port = await reservePort(t);
+  const cluster = await startCluster(t, 3, { args: ['--bcrypt-cost', '4'], nodeArgs: async (id) => (id === 'n2' ? ['--metrics-addr', `127.0.0.1:${port}`] : []) });
+  const leader = await waitForLeader(cluster.nodes);
+  for (const args of [['user', 'add', 'root:rootpw'], ['user', 'grant-role', 'root', 'root'], ['auth', 'enable']]) assert.equal((await etcdctl(leader.endpoint, args)).exitCode, 0);
+  const base = `http://127.0.0.1:${port}`;
+  const login = await pollUntil('a login through n2', async () => {
+    const r = await fetch(`${base}/api/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', 'X-Kvs-Console': '1' }, body: JSON.stringify({ name: 'root', password: 'rootpw' }) });
+    return r.status === 200 ? ((await r.json()) as { token: string }) : undefined;
+  }, 30_000);
+  const view = async () => (await (await fetch(`${base}/api/cluster`, { headers: { Authorization: `Bearer ${login.token}`, 'X-Kvs-User': 'root' } })).json()) as { members: { name: string; up: boolean; role: string; error?: string }[] };
+  let last: unknown;
+  const all = await pollUntil('every member up', async () => {
+    const v = await view();
+    last = v;
+    return v.members.length === 3 && v.members.every((m) => m.up) ? v : undefined;
+  }, 30_000).catch((err: Error) => {
+    throw new Error(`${err.message}; the console shows ${JSON.stringify(last)}`);
+  });
+  assert.deepEqual(all.members.map((m) => [m.name, m.role]).sort(), cluster.nodes.map((n) => [n.id, n === leader ? 'leader' : 'follower']).sort());
+  if (leader.id === 'n2') return; // the console's own node: nothing left to look from
+  await leader.kvs.kill9();
+  const after = await pollUntil('the killed leader down, another leading', async () => {
+    const v = await view();
+    const dead = v.members.find((m) => m.name === leader.id);
+    return dead && !dead.up && v.members.some((m) => m.up && m.role === 'leader') ? v : undefined;
+  }, 60_000);
+  assert.match(after.members.find((m) => m.name === leader.id)!.error!, /^unreachable: /);
+});

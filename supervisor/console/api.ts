@@ -315,6 +315,8 @@ export class ConsoleApi {
     const members = await Promise.all(
       [...this.seenMembers.entries()].map(async ([id, mem]) => {
         try {
+          // With the user's token: kvs asks for a user on Status while auth is on (etcd 3.4 does
+          // not); auth state, tokens included, is the cluster's, so the token holds on every member.
           const s = await this.etcd.status(who.token, urlAddress(mem.clientURL), 1500);
           return { id, name: mem.name, clientURL: mem.clientURL, up: true, listed: listed.has(id), role: s.leader === '0' ? 'no leader' : s.leader === s.memberId ? 'leader' : 'follower', term: s.raftTerm, revision: s.revision, leader: s.leader };
         } catch (err) {
@@ -424,7 +426,7 @@ export class ConsoleApi {
 /** grpc-js's long UNAVAILABLE text, cut to what failed (e.g. "connect ECONNREFUSED 127.0.0.1:2379"). */
 function unreachable(message: string): string {
   const m = /(connect E[A-Z]+ [^\s.]+(?:\.[^\s.]+)*)|(Deadline exceeded)/i.exec(message);
-  return `unreachable: ${m ? m[0].replace(/\.$/, '') : message}`;
+  return m ? `unreachable: ${m[0].replace(/\.$/, '')}` : message;
 }
 
 function requireRoot(who: Caller, what: string): void {
