@@ -10,11 +10,12 @@ import { fileURLToPath } from 'node:url';
 import type http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
-import { EtcdApi, EtcdError, urlAddress, type KeyValue } from './etcd.js';
+import { EtcdApi, EtcdError, type KeyValue } from './etcd.js';
 import { MetricsSampler } from './sampler.js';
 import { activity, roleOf, sumOf, quantile } from './series.js';
 import { Durability } from './durability.js';
 import { keyHistory } from './history.js';
+import { Members } from './cluster.js';
 import { prefixEnd, prefixStart } from './keys.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -103,12 +104,8 @@ export class ConsoleApi {
   readonly etcd: EtcdApi;
   readonly sampler: MetricsSampler;
   private readonly durability: Durability;
-  /** Every member this console has seen (MemberList drops one that is down). */
-  private readonly seenMembers = new Map<string, { name: string; clientURL: string }>();
+  private readonly members: Members;
   private readonly verified = new Map<string, { at: number; caller: Caller }>();
-  /** The leader and term the last cluster view saw, for the timeline. */
-  private lastLeader: { name: string; term: number } | undefined;
-  private readonly memberUp = new Map<string, boolean>();
   private authState: { at: number; on: Promise<boolean> } | undefined;
 
   constructor(
@@ -118,6 +115,7 @@ export class ConsoleApi {
     this.etcd = new EtcdApi(cfg);
     this.sampler = new MetricsSampler(() => node.metricsJson());
     this.durability = new Durability(cfg);
+    this.members = new Members(this.etcd, (e) => this.sampler.events.push(e));
     this.sampler.start();
   }
 
@@ -308,38 +306,7 @@ export class ConsoleApi {
   private async cluster(who: Caller): Promise<object> {
     await this.sampler.touch();
     const m = this.sampler.latest()?.m ?? {};
-    const self = await this.etcd.status(who.token).catch((err: Error) => ({ error: err.message }));
-    const list = await this.etcd.memberList(who.token).catch((err: Error) => ({ error: err.message }));
-    if ('members' in list) for (const mem of list.members) this.seenMembers.set(mem.id, { name: mem.name, clientURL: mem.clientURLs[0] ?? '' });
-    const listed = new Set('members' in list ? list.members.map((x) => x.id) : []);
-    const members = await Promise.all(
-      [...this.seenMembers.entries()].map(async ([id, mem]) => {
-        try {
-          // With the user's token: kvs asks for a user on Status while auth is on (etcd 3.4 does
-          // not); auth state, tokens included, is the cluster's, so the token holds on every member.
-          const s = await this.etcd.status(who.token, urlAddress(mem.clientURL), 1500);
-          return { id, name: mem.name, clientURL: mem.clientURL, up: true, listed: listed.has(id), role: s.leader === '0' ? 'no leader' : s.leader === s.memberId ? 'leader' : 'follower', term: s.raftTerm, revision: s.revision, leader: s.leader };
-        } catch (err) {
-          return { id, name: mem.name, clientURL: mem.clientURL, up: false, listed: listed.has(id), error: unreachable((err as Error).message) };
-        }
-      }),
-    );
-    const leader = members.find((x) => x.up && x.role === 'leader');
-    const withLag = members.map((x) => ({ ...x, lag: leader && x.up && 'revision' in x ? Math.max(0, (leader as { revision: number }).revision - (x.revision ?? 0)) : undefined }));
-    withLag.sort((a, b) => a.name.localeCompare(b.name));
-    // Elections anywhere in the cluster, as this console sees the leader change.
-    if (leader && 'term' in leader) {
-      const now = { name: leader.name, term: leader.term as number };
-      if (this.lastLeader && (this.lastLeader.name !== now.name || this.lastLeader.term !== now.term)) {
-        this.sampler.events.push({ t: Date.now(), kind: 'election', text: `leader ${this.lastLeader.name} (term ${this.lastLeader.term}) -> ${now.name} (term ${now.term})` });
-      }
-      this.lastLeader = now;
-    }
-    for (const x of withLag) {
-      const was = this.memberUp.get(x.id);
-      if (was !== undefined && was !== x.up) this.sampler.events.push({ t: Date.now(), kind: 'member', text: `${x.name} ${x.up ? 'is up again' : 'is down'}` });
-      this.memberUp.set(x.id, x.up);
-    }
+    const { self, members: withLag, memberListError } = await this.members.view(who.token);
     const lock = await this.durability.leaderLock().catch((err: Error) => ({ error: err.message }));
     return {
       nodeId: this.cfg.nodeId,
@@ -347,7 +314,7 @@ export class ConsoleApi {
       role: roleOf(m) ?? 'unknown',
       self,
       members: withLag,
-      memberListError: 'error' in list ? list.error : undefined,
+      memberListError,
       degraded: (m['kvs_replication_degraded'] ?? 0) >= 1,
       elections: sumOf(m, 'kvs_elections_total'),
       resyncs: sumOf(m, 'kvs_follower_resyncs_total'),
@@ -361,7 +328,7 @@ export class ConsoleApi {
     const points = activity(this.sampler.samples);
     const s = this.sampler.samples;
     const m = s.at(-1)?.m ?? {};
-    // Uploads: the mean latency of those since the sample before the last upload.
+    // The last upload: the interval it fell in, and the median latency of the uploads in it.
     let lastUpload: { t: number; seconds?: number } | undefined;
     for (let i = s.length - 1; i > 0; i--) {
       const d = sumOf(s[i]!.m, 'kvs_wal_upload_duration_seconds_count') - sumOf(s[i - 1]!.m, 'kvs_wal_upload_duration_seconds_count');
@@ -421,12 +388,6 @@ export class ConsoleApi {
       res.end();
     });
   }
-}
-
-/** grpc-js's long UNAVAILABLE text, cut to what failed (e.g. "connect ECONNREFUSED 127.0.0.1:2379"). */
-function unreachable(message: string): string {
-  const m = /(connect E[A-Z]+ [^\s.]+(?:\.[^\s.]+)*)|(Deadline exceeded)/i.exec(message);
-  return m ? `unreachable: ${m[0].replace(/\.$/, '')}` : message;
 }
 
 function requireRoot(who: Caller, what: string): void {
