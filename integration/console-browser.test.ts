@@ -76,7 +76,6 @@ test('every view loads against a single node and shows what was written; history
   await waitText(p, '#banner', 'Auth is disabled');
   await waitText(p, '[data-testid=member][data-role=leader]', 'default');
   await waitText(p, '[data-testid=member] [data-testid=applied]', String(revision));
-  await shot(p, 'cluster-single');
 
   await p.goto(`${url}/#/activity`);
   await waitText(p, '[data-card=revision]', String(revision));

@@ -116,7 +116,6 @@ export class ConsoleApi {
     this.sampler = new MetricsSampler(() => node.metricsJson());
     this.durability = new Durability(cfg);
     this.members = new Members(this.etcd, (e) => this.sampler.events.push(e));
-    this.sampler.start();
   }
 
   close(): void {

@@ -1,7 +1,8 @@
 // Samples the node's own merged metrics for the console's charts and timeline, so that no
-// Prometheus is needed. Every 2 s while a console has asked for data in the last 5 minutes;
-// every 15 s otherwise, which keeps the timeline (counters do not lose an election between
-// two samples) at the cost of one scrape of each component's registry per 15 s.
+// Prometheus is needed. Nothing until a console first asks for data (a node nobody looks at
+// does no more than before); then every 2 s while a console has asked in the last 5 minutes,
+// every 15 s otherwise, which keeps the timeline (counters do not lose an election between two
+// samples) at the cost of one scrape of each component's registry per 15 s.
 import type { MetricsJson } from '../../shared/metrics.js';
 import { changes, flatten, type Sample, type TimelineEvent } from './series.js';
 
@@ -22,9 +23,7 @@ export class MetricsSampler {
 
   constructor(private readonly scrape: () => Promise<MetricsJson>) {}
 
-  start(): void {
-    this.schedule(0);
-  }
+  private started = false;
 
   stop(): void {
     this.stopped = true;
@@ -33,6 +32,10 @@ export class MetricsSampler {
 
   /** A console asked for data: sample at the fast rate, now if the last sample is old. */
   touch(): Promise<void> {
+    if (!this.started && !this.stopped) {
+      this.started = true;
+      this.schedule(ACTIVE_MS);
+    }
     const wasIdle = Date.now() - this.lastUse > ACTIVE_FOR_MS;
     this.lastUse = Date.now();
     const last = this.samples.at(-1);

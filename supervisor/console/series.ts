@@ -141,7 +141,7 @@ export function changes(a: Sample, b: Sample): TimelineEvent[] {
   const out: TimelineEvent[] = [];
   const ra = roleOf(a.m);
   const rb = roleOf(b.m);
-  if (rb !== ra && rb) out.push({ t: b.t, kind: 'role', text: ra ? `${ra} -> ${rb}` : `started as ${rb}` });
+  if (rb !== ra && rb) out.push({ t: b.t, kind: 'role', text: ra ? `${ra} -> ${rb}` : `${rb} when first sampled` });
   for (const outcome of labelValues(b.m, 'kvs_elections_total', 'outcome')) {
     const d = sumOf(b.m, 'kvs_elections_total', { outcome }) - sumOf(a.m, 'kvs_elections_total', { outcome });
     if (d > 0) out.push({ t: b.t, kind: 'election', text: `${d} election${d > 1 ? 's' : ''} ${outcome}` });
