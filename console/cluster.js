@@ -60,7 +60,7 @@ function view(c) {
       { class: 'cards' },
       card('mode', c.mode),
       card('this node', `${c.nodeId}: ${c.role}`),
-      card('replication', c.mode === 'single' ? 'n/a' : c.role !== 'leader' ? 'seen by the leader' : c.degraded ? 'degraded' : 'healthy', c.degraded ? 'bad' : 'ok'),
+      card('replication', ...replication(c)),
       card('elections here', c.elections),
       card('resyncs here', c.resyncs),
     ),
@@ -73,6 +73,16 @@ function view(c) {
     el('h3', {}, 'Timeline (newest first)'),
     timeline,
   );
+}
+
+/** What this node knows of replication: a leader whether it is degraded, a follower whether it is in sync. */
+function replication(c) {
+  if (c.mode === 'single') return ['n/a'];
+  const p = c.peer;
+  if (!p || p.error) return [p?.error ?? 'unknown', 'bad'];
+  if (p.role === 'leader') return p.degraded || c.degraded ? ['degraded: a member is disconnected', 'bad'] : ['healthy', 'ok'];
+  if (p.role === 'follower') return p.inSync ? [`in sync with ${p.leader}`, 'ok'] : [`catching up with ${p.leader}${p.reason ? ` (${p.reason})` : ''}`, 'bad'];
+  return [p.reason || 'no leader', 'bad'];
 }
 
 function card(label, value, cls) {

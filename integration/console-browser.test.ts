@@ -203,6 +203,7 @@ test('the cluster view of a follower shows every member and follows a killed lea
   await waitText(p, `[data-testid=member][data-role=leader]`, leader.id);
   await p.waitForFunction(() => document.querySelectorAll('[data-testid=member][data-role=follower]').length === 2, { timeout: 30_000 });
   await waitText(p, '[data-testid=lock]', leader.id);
+  await waitText(p, '[data-card=replication]', `in sync with ${leader.id}`);
   await shot(p, 'cluster');
 
   await leader.kvs.kill9();

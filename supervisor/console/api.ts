@@ -16,6 +16,7 @@ import { activity, roleOf, sumOf, quantile } from './series.js';
 import { Durability } from './durability.js';
 import { keyHistory } from './history.js';
 import { Members } from './cluster.js';
+import { readPeerState } from './peer-state.js';
 import { prefixEnd, prefixStart } from './keys.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -307,6 +308,7 @@ export class ConsoleApi {
     const m = this.sampler.latest()?.m ?? {};
     const { self, members: withLag, memberListError } = await this.members.view(who.token);
     const lock = await this.durability.leaderLock().catch((err: Error) => ({ error: err.message }));
+    const peer = this.cfg.peerListen ? await readPeerState(this.cfg).catch((err: Error) => ({ error: err.message })) : undefined;
     return {
       nodeId: this.cfg.nodeId,
       mode: this.cfg.peerListen ? 'cluster' : 'single',
@@ -315,6 +317,7 @@ export class ConsoleApi {
       members: withLag,
       memberListError,
       degraded: (m['kvs_replication_degraded'] ?? 0) >= 1,
+      peer,
       elections: sumOf(m, 'kvs_elections_total'),
       resyncs: sumOf(m, 'kvs_follower_resyncs_total'),
       leaderLock: lock,
