@@ -356,3 +356,24 @@ test('a follower\'s console with auth on: a login there sees every member, and a
   }, 60_000);
   assert.match(after.members.find((m) => m.name === leader.id)!.error!, /^unreachable: /);
 });
+
+test('with mutual TLS on the client port (--client-tls-ca) the console reaches its node with the node\'s own certificate', async (t) => {
+  const ca = await makeCa(t);
+  // Server and client use (serverAuth, clientAuth), as etcd's own gateway needs of its certificate.
+  const server = await ca.peer('server');
+  const client = await ca.client('probe', 'probe');
+  const port = await reservePort(t);
+  await startKvs(t, { args: ['--client-tls-cert', server.cert, '--client-tls-key', server.key, '--client-tls-ca', ca.cert, '--metrics-addr', `127.0.0.1:${port}`], probe: ca.clientTls(client) });
+  const body = await new Promise<string>((resolve, reject) => {
+    https
+      .get({ host: '127.0.0.1', port, path: '/api/cluster', ca: readFileSync(ca.cert) }, (res) => {
+        let b = '';
+        res.on('data', (d) => (b += d));
+        res.on('end', () => resolve(b));
+      })
+      .on('error', reject);
+  });
+  const view = JSON.parse(body) as { members: { up: boolean }[]; self: { revision?: number } };
+  assert.ok(view.self.revision! >= 1, body);
+  assert.deepEqual(view.members.map((m) => m.up), [true]);
+});
