@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { LoadGenerator } from './load.js';
 import { startKvs } from './servers.js';
 import { DATA_AREA, prefix as areaPrefix } from './keys.js';
-import { KvClient } from './kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 
 const HELP = `Usage: npm run console-bench -- [flags]
 

@@ -10,8 +10,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import puppeteer, { type Browser, type Page } from 'puppeteer-core';
 import { Etcd3 } from 'etcd3';
-import { etcdctl, localObjectStore, onCleanup, reservePort, startKvs, type Ctx } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { etcdctl, localObjectStore, onCleanup, reservePort, startKvs, type Ctx } from '../testkit/harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const inCi = process.env.CI === 'true' || process.env.CI === '1';

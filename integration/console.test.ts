@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import https from 'node:https';
 import { readFileSync } from 'node:fs';
 import { Etcd3 } from 'etcd3';
-import { etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, waitComponent, type Ctx } from './harness.js';
-import { makeCa } from './certs.js';
-import { rawExchange } from '../chaos/fuzz/raw-socket.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, waitComponent, type Ctx } from '../testkit/harness.js';
+import { makeCa } from '../testkit/certs.js';
+import { rawExchange } from '../testkit/raw-socket.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const unb64 = (s: string) => Buffer.from(s, 'base64').toString();

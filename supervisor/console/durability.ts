@@ -8,7 +8,7 @@ import { socketPath } from '../../shared/config.js';
 import { service, num } from '../../shared/proto/index.js';
 import { objectStoreOptions, openObjectStore, type ObjectStore } from '../../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../../shared/objectstore/layout.js';
-import { listSegments } from '../../services/storage/wal/segment.js';
+import { listSegments } from '../../shared/wal/segment.js';
 import { readStatus } from '../commands/status.js';
 import { runGc } from '../commands/gc.js';
 
