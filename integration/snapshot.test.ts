@@ -7,8 +7,9 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { execa } from 'execa';
-import { KVS_BIN, REPO_ROOT, client, etcdctl, startKvs, tempDir, type CmdResult } from './harness.js';
-import { Differ, Endpoint, encodeRequest, prng, type Outcome } from './differential.js';
+import { KVS_BIN, REPO_ROOT, client, etcdctl, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
+import { Differ, Endpoint, encodeRequest, type Outcome } from './differential.js';
+import { prng } from '../testkit/prng.js';
 
 const MAINTENANCE = 'etcdserverpb.Maintenance';
 
@@ -115,7 +116,7 @@ test('snapshot restore refuses a damaged file, a foreign file and a used data di
   writeFileSync(foreign, Buffer.alloc(8192, 7));
   r = await kvsCli(['snapshot', 'restore', foreign, '--skip-hash-check', '--data-dir', path.join(dir, 'c')]);
   assert.equal(r.exitCode, 2);
-  assert.match(r.stderr, /is not a kvs snapshot \(not an LMDB database\)/);
+  assert.match(r.stderr, /is not a snapshot kvs reads: neither a kvs snapshot \(an LMDB database\) nor an etcd snapshot \(a bbolt database\)/);
 
   r = await kvsCli(['snapshot', 'restore', file, '--data-dir', source.dataDir]);
   assert.equal(r.exitCode, 2);

@@ -23,23 +23,11 @@ import type { MvccDb } from '../../shared/mvcc/schema.js';
 import type { WritePipeline } from '../../shared/config.js';
 import type { Tracing } from '../../shared/tracing.js';
 import type { Wal } from './wal/log.js';
-import type { WalRecord } from './wal/frame.js';
+import type { WalRecord } from '../../shared/wal/frame.js';
 import type { Executor, Identity } from './mvcc/execute.js';
-import { LeaseOp, type Lessor } from './lease/lessor.js';
+import type { Lessor } from './lease/lessor.js';
 import type { CommitFeed } from './feed.js';
 import type { DiskSpace } from './disk-space.js';
-import { AuthOp } from './auth/executor.js';
-
-export const Op = {
-  PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
-  LEASE_GRANT: LeaseOp.GRANT, LEASE_REVOKE: LeaseOp.REVOKE,
-  LEASE_KEEPALIVE: LeaseOp.KEEPALIVE, LEASE_TIME_TO_LIVE: LeaseOp.TIME_TO_LIVE, LEASE_LEASES: LeaseOp.LEASES,
-  AUTH_ENABLE: AuthOp.ENABLE, AUTH_DISABLE: AuthOp.DISABLE, AUTHENTICATE: AuthOp.AUTHENTICATE,
-  AUTH_USER_ADD: AuthOp.USER_ADD, AUTH_USER_DELETE: AuthOp.USER_DELETE, AUTH_USER_CHANGE_PASSWORD: AuthOp.USER_CHANGE_PASSWORD,
-  AUTH_USER_GRANT_ROLE: AuthOp.USER_GRANT_ROLE, AUTH_USER_REVOKE_ROLE: AuthOp.USER_REVOKE_ROLE, AUTH_ROLE_ADD: AuthOp.ROLE_ADD,
-  AUTH_ROLE_DELETE: AuthOp.ROLE_DELETE, AUTH_ROLE_GRANT_PERMISSION: AuthOp.ROLE_GRANT_PERMISSION,
-  AUTH_ROLE_REVOKE_PERMISSION: AuthOp.ROLE_REVOKE_PERMISSION, AUTH_TOKEN_REFRESH: AuthOp.TOKEN_REFRESH,
-} as const;
 
 /** The answer to one write: the response message's bytes, or etcd's status and message. */
 export interface WriteResult {

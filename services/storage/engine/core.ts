@@ -14,15 +14,17 @@ import * as M from '../../../shared/metrics.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { Stage, microsFromPerformance, stages } from '../../../shared/stages.js';
 import type { Wal } from '../wal/log.js';
-import type { WalRecord } from '../wal/frame.js';
-import { Executor, type Identity, type TxnRequest, type CompactionRequest } from '../mvcc/execute.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
+import { Executor, type Identity } from '../mvcc/execute.js';
+import type { TxnRequest, CompactionRequest } from '../../../shared/mvcc/requests.js';
 import { Lessor } from '../lease/lessor.js';
 import { CommitFeed } from '../feed.js';
 import { DiskSpace } from '../disk-space.js';
 import { CompactionSteps, REMOVAL_STOPPED } from '../compaction-steps.js';
 import { WalSpans } from '../wal-spans.js';
 import { AuthExecutor } from '../auth/executor.js';
-import { Op, type ClusterRole, type Done, type EngineOptions, type Replicator, type WriteResult } from '../engine.js';
+import { Op } from '../../../shared/storage/ops.js';
+import type { ClusterRole, Done, EngineOptions, Replicator, WriteResult } from '../engine.js';
 
 export interface Pending {
   op: number;

@@ -1,7 +1,7 @@
 // A cluster follower's side of the WAL: it takes no client writes; it appends the entries the
 // leader sends (staged: in the WAL, not yet in LMDB) and applies them once the leader says
 // they are committed. A new leader applies what it holds staged the same way (applyThrough).
-import type { WalRecord } from '../wal/frame.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
 import { decodeWalEntry } from '../../../shared/wal/entry.js';
 import { applyEntry } from '../mvcc/apply.js';
 import { Stage, stages } from '../../../shared/stages.js';

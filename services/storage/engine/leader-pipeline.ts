@@ -16,20 +16,21 @@ import { EtcdError } from '../../../shared/errors.js';
 import * as M from '../../../shared/metrics.js';
 import { Stage, stages } from '../../../shared/stages.js';
 import type { WalEntry } from '../../../shared/wal/entry.js';
-import { encodeFrames, type WalRecord } from '../wal/frame.js';
+import { encodeFrames, type WalRecord } from '../../../shared/wal/frame.js';
 import { applyEntry } from '../mvcc/apply.js';
 import { compactionPending } from '../mvcc/compaction.js';
 import { endWalSpans } from '../wal-spans.js';
-import { Op, type Replicator, type Upload, type WriteResult } from '../engine.js';
+import { Op } from '../../../shared/storage/ops.js';
+import type { Replicator, Upload, WriteResult } from '../engine.js';
 import type { EngineCore, Pending } from './core.js';
 
 /**
- * --write-pipeline auto (the default; docs/cluster.md): a cluster leader's batches waiting for
- * their ACKs at once while a follower runs on another machine (docs/benchmarks.md, "A second
- * batch in flight"). One batch in flight leaves the leader idle for the followers' round trip,
- * network included, while the next clients' writes queue. With every member on one machine
- * that wait is mostly the followers' CPU work on the same cores, and more, smaller batches
- * cost CPU they all need.
+ * --write-pipeline auto (the default; docs/cluster.md#two-batches-in-flight): a cluster
+ * leader's batches waiting for their ACKs at once while a follower runs on another machine
+ * (docs/perf/write-pipeline.md). One batch in flight leaves the leader idle for the followers'
+ * round trip, network included, while the next clients' writes queue. With every member on
+ * one machine that wait is mostly the followers' CPU work on the same cores, and more,
+ * smaller batches cost CPU they all need.
  */
 const PIPELINE_DEPTH = 2;
 
@@ -171,8 +172,8 @@ export class LeaderPipeline {
     if (replicator) stages?.stamp(Stage.STORAGE_TO_PEER, index);
     // The batch leaves for the followers only when the event loop next turns (a gRPC write is
     // flushed asynchronously): without this turn it would wait for the blocking fdatasync below,
-    // and the followers' append could not overlap it (docs/benchmarks.md, "Where a put's time
-    // goes"). Nothing else drains meanwhile (held).
+    // and the followers' append could not overlap it (docs/perf/cluster.md#levers-on-the-cluster-path,
+    // "batch to followers before the leader's fsync"). Nothing else drains meanwhile (held).
     if (replicator) await new Promise<void>((resolve) => setImmediate(resolve));
     // A batch before it may have failed during that turn, and dropped every batch after it:
     // then this one is not written, and fails below once the peer agent has refused it too.

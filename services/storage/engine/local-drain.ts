@@ -3,7 +3,7 @@
 import { META } from '../../../shared/mvcc/schema.js';
 import { compactionPending } from '../mvcc/compaction.js';
 import { Stage, stages } from '../../../shared/stages.js';
-import type { WalRecord } from '../wal/frame.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
 import type { WriteResult } from '../engine.js';
 import type { EngineCore, Pending } from './core.js';
 

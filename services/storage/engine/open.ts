@@ -8,7 +8,7 @@ import { decodeWalEntry } from '../../../shared/wal/entry.js';
 import { authTables } from '../../../shared/auth/tables.js';
 import { Wal, type WalOptions } from '../wal/log.js';
 import { walEntryDebugLog } from '../wal/entry-log.js';
-import type { WalRecord } from '../wal/frame.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
 import { applyEntry } from '../mvcc/apply.js';
 import type { Engine, EngineOptions } from '../engine.js';
 import { StorageEngine } from './storage-engine.js';

@@ -4,7 +4,7 @@
 import { status } from '@grpc/grpc-js';
 import { Errors } from '../../../shared/errors.js';
 import * as M from '../../../shared/metrics.js';
-import type { WalRecord } from '../wal/frame.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
 import type { Done, Engine } from '../engine.js';
 import { EngineCore, KIND_OF_OP, type Pending } from './core.js';
 import { drainLocal } from './local-drain.js';

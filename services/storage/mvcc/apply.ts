@@ -8,13 +8,10 @@ import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges } from '../lease/apply.js';
 import { markCompaction } from './compaction.js';
 import { applyAuthChange } from '../auth/apply.js';
+import { asBuffer } from '../../../shared/bytes.js';
 import { MUTATION_DELETE, MUTATION_PUT, type WalEntry } from '../../../shared/wal/entry.js';
 
 const EMPTY_VALUE = Buffer.alloc(0);
-
-function asBuffer(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
 
 /** History only grows at the end (revisions only increase): MDB_APPEND fills its pages completely. */
 const APPEND = { append: true };
