@@ -3,17 +3,22 @@
 // message whose blob is the SHA-256 of everything sent, which `etcdctl snapshot save` stores
 // at the end of the file and a restore verifies.
 //
-// The copy is LMDB's compacting copy (mdb_env_copy2 with MDB_CP_COMPACT) taken from this
-// process's read-only environment: it reads one read transaction, so it is consistent, it
-// does not block the storage process's writes, and it leaves free pages out.
+// The file is etcd's own format (a bbolt database in etcd 3.4's schema,
+// shared/etcd-snapshot/write.ts), so `etcdctl snapshot status` and `snapshot restore` read it
+// and an etcd started on the restored directory serves kvs's keys, history, leases and users.
+// A worker thread (snapshot-thread.ts) writes it into the data directory's tmp/ from one read
+// transaction (consistent, and the storage process's writes go on), then it is streamed from
+// there, so a slow client holds a file open, not a read transaction.
 import { createHash } from 'node:crypto';
+import { Worker } from 'node:worker_threads';
 import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { SNAPSHOT_CHUNK_BYTES } from '../../shared/snapshot.js';
 import type { Logger } from '../../shared/log.js';
+import type { ExportSummary } from '../../shared/etcd-snapshot/write.js';
+import type { SnapshotJob, SnapshotReply } from './snapshot-thread.js';
 
 /** Where copies are made: inside the data directory (same disk as the database). */
 export function snapshotTempDir(dataDir: string): string {
@@ -42,18 +47,45 @@ function writeMessage(call: Call, msg: SnapshotMessage): Promise<void> {
   });
 }
 
-export async function streamSnapshot(db: MvccDb, dataDir: string, call: Call, log: Logger): Promise<void> {
+const THREAD = new URL('./snapshot-thread.js', import.meta.url);
+
+/** Writes the etcd snapshot file of the database in `dataDir` to `file` on a worker thread. */
+function exportSnapshot(job: SnapshotJob, cancelled: { on(fn: () => void): void }): Promise<ExportSummary & { bytes: number }> {
+  return new Promise((resolve, reject) => {
+    const w = new Worker(THREAD, { workerData: job });
+    let settled = false;
+    const settle = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
+      fn();
+    };
+    cancelled.on(() => {
+      settle(() => reject(new Error('cancelled')));
+      void w.terminate();
+    });
+    w.once('message', (r: SnapshotReply) => settle(() => ('ok' in r ? resolve(r.ok) : reject(new Error(r.error)))));
+    w.once('error', (err) => settle(() => reject(err)));
+    w.once('exit', (code) => settle(() => reject(new Error(`the snapshot thread exited with code ${code}`))));
+  });
+}
+
+export async function streamSnapshot(dataDir: string, call: Call, log: Logger): Promise<void> {
   let cancelled = false;
-  call.on('cancelled', () => (cancelled = true));
+  const onCancel: (() => void)[] = [];
+  call.on('cancelled', () => {
+    cancelled = true;
+    for (const fn of onCancel) fn();
+  });
   const base = snapshotTempDir(dataDir);
   fs.mkdirSync(base, { recursive: true });
   const dir = fs.mkdtempSync(path.join(base, 'snapshot-'));
-  const file = path.join(dir, 'data.mdb');
+  const file = path.join(dir, 'db');
   const started = Date.now();
   try {
-    await db.env.backup(dir, true);
-    const total = fs.statSync(file).size;
-    log.info({ bytes: total }, 'sending database snapshot');
+    const summary = await exportSnapshot({ dataDir, file }, { on: (fn) => onCancel.push(fn) });
+    if (cancelled) return;
+    const total = summary.bytes;
+    log.info({ bytes: total, revision: summary.revision, compactRevision: summary.compactRevision, changes: summary.changes, ms: Date.now() - started }, 'sending database snapshot (etcd format)');
     const sha = createHash('sha256');
     let sent = 0;
     for await (const chunk of fs.createReadStream(file, { highWaterMark: SNAPSHOT_CHUNK_BYTES })) {
@@ -68,6 +100,7 @@ export async function streamSnapshot(db: MvccDb, dataDir: string, call: Call, lo
     call.end();
     log.info({ bytes: total, ms: Date.now() - started }, 'sent database snapshot and its sha256');
   } catch (err) {
+    if (cancelled) return;
     log.error({ err }, 'snapshot failed');
     if (!cancelled) call.emit('error', { code: grpc.status.INTERNAL, details: `kvs: snapshot failed: ${(err as Error).message}` });
   } finally {

@@ -1,0 +1,179 @@
+// kvs's state in etcd 3.4's backend schema: the buckets of the bbolt file that etcd's
+// Maintenance.Snapshot streams, `etcdctl snapshot restore` restores and etcd serves from.
+//
+//   key              etcd's revision key (8-byte big-endian main, '_', 8-byte big-endian sub,
+//                    't' for a deletion) -> mvccpb.KeyValue (a deletion: the key alone)
+//                    (mvcc/kvstore.go, revision.go)
+//   meta             consistent_index (u64 BE), finishedCompactRev and scheduledCompactRev
+//                    (revision keys of the compact revision, sub 0) once compacted
+//   lease            lease id (int64 BE) -> leasepb.Lease {ID, TTL} (lease/lessor.go)
+//   auth             authEnabled (1 byte), authRevision (u64 BE) (auth/store.go)
+//   authUsers        user name -> authpb.User; authRoles: role name -> authpb.Role
+//   cluster          clusterVersion -> "3.4.0" (etcdserver/api/membership/store.go)
+//   alarm, members, members_removed: empty (a restore replaces the membership anyway)
+//
+// Which changes go into `key`: every change above the compact revision, and of those at or
+// below it what etcd's compaction keeps, each key's newest change if it is a put
+// (services/storage/mvcc/compaction.ts has the same rule; while kvs's physical removal is in
+// progress its leftovers are left out here). So etcd restored from the file serves the same
+// Range at every revision from the compact revision to the head.
+import type { MvccDb } from '../mvcc/schema.js';
+import { META, readMeta } from '../mvcc/schema.js';
+import { decodeKeyValue, encodeKeyValue, EMPTY } from '../mvcc/keyvalue.js';
+import { mainOf, subOf, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
+import { refAt } from '../mvcc/keyindex.js';
+import { compactionPending } from '../mvcc/history.js';
+import { authMeta, authTables } from '../auth/tables.js';
+
+/** The bucket names of etcd 3.4's backend, in the byte order a bbolt file holds them. */
+export const BUCKET = {
+  alarm: Buffer.from('alarm'),
+  auth: Buffer.from('auth'),
+  authRoles: Buffer.from('authRoles'),
+  authUsers: Buffer.from('authUsers'),
+  cluster: Buffer.from('cluster'),
+  key: Buffer.from('key'),
+  lease: Buffer.from('lease'),
+  members: Buffer.from('members'),
+  membersRemoved: Buffer.from('members_removed'),
+  meta: Buffer.from('meta'),
+} as const;
+
+export const META_KEY = {
+  consistentIndex: Buffer.from('consistent_index'),
+  finishedCompactRev: Buffer.from('finishedCompactRev'),
+  scheduledCompactRev: Buffer.from('scheduledCompactRev'),
+} as const;
+
+export const AUTH_KEY = { enabled: Buffer.from('authEnabled'), revision: Buffer.from('authRevision') } as const;
+export const CLUSTER_VERSION_KEY = Buffer.from('clusterVersion');
+/** What etcd 3.4 records as the cluster version (major.minor.0). */
+export const CLUSTER_VERSION = '3.4.0';
+
+/** etcd's revision key length without and with the tombstone mark. */
+export const ETCD_REVKEY_BYTES = 17;
+export const ETCD_TOMBSTONE_REVKEY_BYTES = 18;
+
+/** etcd's on-disk revision key: main '_' sub, and a 't' for a deletion (revision.go, kvstore.go). */
+export function etcdRevisionKey(main: number, sub: number, tombstone: boolean): Buffer {
+  const b = Buffer.allocUnsafe(tombstone ? ETCD_TOMBSTONE_REVKEY_BYTES : ETCD_REVKEY_BYTES);
+  b.writeBigInt64BE(BigInt(main), 0);
+  b[8] = 0x5f; // '_'
+  b.writeBigInt64BE(BigInt(sub), 9);
+  if (tombstone) b[17] = 0x74; // 't'
+  return b;
+}
+
+/** An unsigned 64-bit big-endian integer (etcd's consistent index, auth revision). */
+export function u64BE(n: number | bigint): Buffer {
+  const b = Buffer.allocUnsafe(8);
+  b.writeBigUInt64BE(BigInt(n));
+  return b;
+}
+
+function pushVarint(out: number[], n: bigint): void {
+  let v = BigInt.asUintN(64, n);
+  while (v >= 0x80n) {
+    out.push(Number(v & 0x7fn) | 0x80);
+    v >>= 7n;
+  }
+  out.push(Number(v));
+}
+
+/** leasepb.Lease {ID = 1, TTL = 2} (int64 varints; zero fields are left out, as gogoproto does). */
+export function encodeLease(id: bigint, ttl: number): Buffer {
+  const out: number[] = [];
+  if (id !== 0n) {
+    out.push(0x08);
+    pushVarint(out, id);
+  }
+  if (ttl !== 0) {
+    out.push(0x10);
+    pushVarint(out, BigInt(ttl));
+  }
+  return Buffer.from(out);
+}
+
+/** A key and value, valid until the next entry is read (the writer copies them). */
+export type Entry = readonly [Uint8Array, Uint8Array];
+export interface EtcdBucket {
+  name: Buffer;
+  entries: Iterable<Entry>;
+}
+
+/** What the snapshot holds, for the caller's log and reply. */
+export interface ExportSummary {
+  /** kvs's revision in the read snapshot exported. */
+  revision: number;
+  compactRevision: number;
+  /** Entries written to the `key` bucket. */
+  changes: number;
+}
+
+/**
+ * The `key` bucket from `history`: every change in revision order, converted to etcd's key and
+ * (for deletions) value, without what a compaction to `compactRev` removes.
+ */
+function* keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): Generator<Entry> {
+  const pending = compactRev > 0 && compactionPending(db);
+  const rk = Buffer.allocUnsafe(REVKEY_BYTES);
+  for (const { key, value } of db.history.getRange({})) {
+    const main = mainOf(key);
+    const kv = decodeKeyValue(value);
+    const tombstone = kv.version === 0;
+    if (main <= compactRev) {
+      if (tombstone) continue;
+      if (pending) {
+        const newest = refAt(db, Buffer.from(kv.key), compactRev);
+        if (!newest || !refIsPut(newest) || !refRevKey(newest, rk).equals(key)) continue;
+      }
+    }
+    summary.changes++;
+    yield [
+      etcdRevisionKey(main, subOf(key), tombstone),
+      tombstone ? encodeKeyValue({ key: kv.key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }) : value,
+    ];
+  }
+}
+
+function* leaseBucket(db: MvccDb): Generator<Entry> {
+  for (const { key, value } of db.leases.getRange({})) {
+    const k = Buffer.from(key);
+    yield [k, encodeLease(k.readBigInt64BE(0), Number(Buffer.from(value).readBigInt64BE(0)))];
+  }
+}
+
+function* rawTable(table: { getRange(o: object): Iterable<{ key: Uint8Array; value: Uint8Array }> } | undefined): Generator<Entry> {
+  if (!table) return;
+  for (const { key, value } of table.getRange({})) yield [key, value];
+}
+
+/**
+ * etcd's buckets of `db`, in name order, read lazily in the caller's read snapshot (iterate it
+ * without yielding to the event loop, or inside one read transaction). `summary` is filled in
+ * as the buckets are read.
+ */
+export function etcdBuckets(db: MvccDb, summary: ExportSummary): EtcdBucket[] {
+  const revision = readMeta(db, META.revision);
+  const compactRev = readMeta(db, META.compactRevision);
+  summary.revision = revision;
+  summary.compactRevision = compactRev;
+  summary.changes = 0;
+  const auth = authMeta(db);
+  const tables = authTables(db);
+  const compacted: Entry[] = compactRev > 0
+    ? [[META_KEY.finishedCompactRev, etcdRevisionKey(compactRev, 0, false)], [META_KEY.scheduledCompactRev, etcdRevisionKey(compactRev, 0, false)]]
+    : [];
+  return [
+    { name: BUCKET.alarm, entries: [] },
+    { name: BUCKET.auth, entries: [[AUTH_KEY.enabled, Buffer.from([auth.enabled ? 1 : 0])], [AUTH_KEY.revision, u64BE(auth.revision)]] },
+    { name: BUCKET.authRoles, entries: rawTable(tables?.roles) },
+    { name: BUCKET.authUsers, entries: rawTable(tables?.users) },
+    { name: BUCKET.cluster, entries: [[CLUSTER_VERSION_KEY, Buffer.from(CLUSTER_VERSION)]] },
+    { name: BUCKET.key, entries: keyBucket(db, compactRev, summary) },
+    { name: BUCKET.lease, entries: leaseBucket(db) },
+    { name: BUCKET.members, entries: [] },
+    { name: BUCKET.membersRemoved, entries: [] },
+    { name: BUCKET.meta, entries: [[META_KEY.consistentIndex, u64BE(readMeta(db, META.appliedIndex))], ...compacted] },
+  ];
+}
