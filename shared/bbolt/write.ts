@@ -336,7 +336,7 @@ export class BoltWriter {
 /** A whole bbolt file in memory, for small contents and tests. */
 export function writeBoltFile(buckets: Iterable<{ name: Uint8Array; entries: Iterable<readonly [Uint8Array, Uint8Array]> }>, opts: BoltWriterOptions = {}): Buffer {
   const parts: { pgid: number; bytes: Buffer }[] = [];
-  const w = new BoltWriter((pgid, bytes) => parts.push({ pgid, bytes }), opts);
+  const w = new BoltWriter((pgid, bytes) => parts.push({ pgid, bytes: Buffer.from(bytes) }), opts);
   for (const b of buckets) w.bucket(b.name, b.entries);
   const { bytes } = w.finish();
   const file = Buffer.alloc(bytes);
