@@ -201,7 +201,9 @@ class TreeBuilder {
   private readonly levels: PendingPage[] = [];
   /** Pages written per level (0: leaves). */
   private readonly written: number[] = [0];
-  private last: Buffer | undefined;
+  /** The previous key (its first `lastLength` bytes), kept in one buffer: no allocation per entry. */
+  private last = Buffer.allocUnsafe(256);
+  private lastLength = -1;
 
   constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {}
 
@@ -209,10 +211,13 @@ class TreeBuilder {
     if (key.length === 0) throw new BoltWriteError(`${this.what}: an empty key`);
     if (key.length > MAX_KEY_BYTES) throw new BoltWriteError(`${this.what}: a key of ${key.length} bytes (bbolt's limit is ${MAX_KEY_BYTES})`);
     if (value.length > MAX_VALUE_BYTES) throw new BoltWriteError(`${this.what}: a value of ${value.length} bytes (bbolt's limit is ${MAX_VALUE_BYTES})`);
-    if (this.last && Buffer.compare(this.last, key) >= 0) {
-      throw new BoltWriteError(`${this.what}: keys out of order (${Buffer.from(key).toString('hex')} after ${this.last.toString('hex')})`);
+    if (this.lastLength >= 0 && this.last.compare(key, 0, key.length, 0, this.lastLength) >= 0) {
+      const prev = this.last.toString('hex', 0, this.lastLength);
+      throw new BoltWriteError(`${this.what}: keys out of order (${Buffer.from(key).toString('hex')} after ${prev})`);
     }
-    this.last = Buffer.from(key);
+    if (key.length > this.last.length) this.last = Buffer.allocUnsafe(Math.max(key.length, this.last.length * 2));
+    this.last.set(key, 0);
+    this.lastLength = key.length;
     if (this.leaf.count > 0 && this.leaf.size + ELEMENT_BYTES + key.length + value.length > this.pageSize) this.flushLeaf();
     this.leaf.add(key, value, flags, 0);
   }

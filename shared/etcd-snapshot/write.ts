@@ -55,11 +55,14 @@ export const ETCD_REVKEY_BYTES = 17;
 export const ETCD_TOMBSTONE_REVKEY_BYTES = 18;
 
 /** etcd's on-disk revision key: main '_' sub, and a 't' for a deletion (revision.go, kvstore.go). */
-export function etcdRevisionKey(main: number, sub: number, tombstone: boolean): Buffer {
-  const b = Buffer.allocUnsafe(tombstone ? ETCD_TOMBSTONE_REVKEY_BYTES : ETCD_REVKEY_BYTES);
-  b.writeBigInt64BE(BigInt(main), 0);
+export function etcdRevisionKey(main: number, sub: number, tombstone: boolean, into?: Buffer): Buffer {
+  const b = into ?? Buffer.allocUnsafe(tombstone ? ETCD_TOMBSTONE_REVKEY_BYTES : ETCD_REVKEY_BYTES);
+  // Revisions are below 2^53: two 32-bit halves, without BigInt.
+  b.writeUInt32BE(Math.floor(main / 2 ** 32), 0);
+  b.writeUInt32BE(main >>> 0, 4);
   b[8] = 0x5f; // '_'
-  b.writeBigInt64BE(BigInt(sub), 9);
+  b.writeUInt32BE(Math.floor(sub / 2 ** 32), 9);
+  b.writeUInt32BE(sub >>> 0, 13);
   if (tombstone) b[17] = 0x74; // 't'
   return b;
 }
@@ -117,6 +120,10 @@ export interface ExportSummary {
 function* keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): Generator<Entry> {
   const pending = compactRev > 0 && compactionPending(db);
   const rk = Buffer.allocUnsafe(REVKEY_BYTES);
+  // Reused for every entry (the writer copies them before asking for the next).
+  const putKey = Buffer.allocUnsafe(ETCD_REVKEY_BYTES);
+  const tombstoneKey = Buffer.allocUnsafe(ETCD_TOMBSTONE_REVKEY_BYTES);
+  const entry: [Uint8Array, Uint8Array] = [putKey, EMPTY];
   for (const { key, value } of db.history.getRange({})) {
     const main = mainOf(key);
     const kv = decodeKeyValue(value);
@@ -129,10 +136,9 @@ function* keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): Gen
       }
     }
     summary.changes++;
-    yield [
-      etcdRevisionKey(main, subOf(key), tombstone),
-      tombstone ? encodeKeyValue({ key: kv.key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }) : value,
-    ];
+    entry[0] = etcdRevisionKey(main, subOf(key), tombstone, tombstone ? tombstoneKey : putKey);
+    entry[1] = tombstone ? encodeKeyValue({ key: kv.key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }) : value;
+    yield entry;
   }
 }
 
