@@ -39,6 +39,7 @@ export class BoltWriteError extends Error {
 }
 
 const FREELIST_PGID = 2;
+const EMPTY = new Uint8Array(0);
 const FIRST_DATA_PGID = 3;
 /** bbolt's limits (MaxKeySize, MaxValueSize). */
 export const MAX_KEY_BYTES = 32768;
@@ -137,8 +138,7 @@ class PendingPage {
   dataLen = 0;
   firstKey: Buffer | undefined;
 
-  add(key: Uint8Array, value: Uint8Array | undefined, flags: number, pgid: number): void {
-    const vlen = value ? value.length : 0;
+  add(key: Uint8Array, value: Uint8Array | undefined, flags: number, pgid: number, vlen = value ? value.length : 0): void {
     const need = this.dataLen + key.length + vlen;
     if (need > this.data.length) {
       const grown = Buffer.allocUnsafe(Math.max(need, this.data.length * 2));
@@ -149,7 +149,9 @@ class PendingPage {
     this.data.set(key, this.dataLen);
     this.dataLen += key.length;
     if (value) {
-      this.data.set(value, this.dataLen);
+      // A view of exactly vlen bytes: lmdb-js's shared buffer has a `length` of its own that
+      // is not its typed-array length, so neither set(value) nor copy() may be given it whole.
+      this.data.set(vlen === 0 ? EMPTY : new Uint8Array(value.buffer, value.byteOffset, vlen), this.dataLen);
       this.dataLen += vlen;
     }
     this.ksizes.push(key.length);
@@ -207,10 +209,11 @@ class TreeBuilder {
 
   constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {}
 
-  put(key: Uint8Array, value: Uint8Array, flags = 0): void {
+  /** `value`'s first `valueLength` bytes (all by default) under `key`, after every key put before. */
+  put(key: Uint8Array, value: Uint8Array, flags = 0, valueLength = value.length): void {
     if (key.length === 0) throw new BoltWriteError(`${this.what}: an empty key`);
     if (key.length > MAX_KEY_BYTES) throw new BoltWriteError(`${this.what}: a key of ${key.length} bytes (bbolt's limit is ${MAX_KEY_BYTES})`);
-    if (value.length > MAX_VALUE_BYTES) throw new BoltWriteError(`${this.what}: a value of ${value.length} bytes (bbolt's limit is ${MAX_VALUE_BYTES})`);
+    if (valueLength > MAX_VALUE_BYTES) throw new BoltWriteError(`${this.what}: a value of ${valueLength} bytes (bbolt's limit is ${MAX_VALUE_BYTES})`);
     if (this.lastLength >= 0 && this.last.compare(key, 0, key.length, 0, this.lastLength) >= 0) {
       const prev = this.last.toString('hex', 0, this.lastLength);
       throw new BoltWriteError(`${this.what}: keys out of order (${Buffer.from(key).toString('hex')} after ${prev})`);
@@ -218,8 +221,8 @@ class TreeBuilder {
     if (key.length > this.last.length) this.last = Buffer.allocUnsafe(Math.max(key.length, this.last.length * 2));
     this.last.set(key, 0);
     this.lastLength = key.length;
-    if (this.leaf.count > 0 && this.leaf.size + ELEMENT_BYTES + key.length + value.length > this.pageSize) this.flushLeaf();
-    this.leaf.add(key, value, flags, 0);
+    if (this.leaf.count > 0 && this.leaf.size + ELEMENT_BYTES + key.length + valueLength > this.pageSize) this.flushLeaf();
+    this.leaf.add(key, value, flags, 0, valueLength);
   }
 
   private flushLeaf(): void {
@@ -271,6 +274,10 @@ class TreeBuilder {
   }
 }
 
+/** Puts `key` with the first `valueLength` bytes of `value` (all of it by default). */
+export type PutEntry = (key: Uint8Array, value: Uint8Array, valueLength?: number) => void;
+export type BucketEntries = Iterable<readonly [Uint8Array, Uint8Array]> | ((put: PutEntry) => void);
+
 export interface BoltWriterOptions {
   pageSize?: number;
   /** How many bytes of pages are handed to the sink at once (default 4 MiB). */
@@ -295,14 +302,19 @@ export class BoltWriter {
     this.out = new PageOut(sink, this.pageSize, opts.chunkBytes ?? 4 << 20);
   }
 
-  /** A bucket with `entries` in ascending key order (byte order), after every bucket named before it. */
-  bucket(name: Uint8Array, entries: Iterable<readonly [Uint8Array, Uint8Array]>): void {
+  /**
+   * A bucket, after every bucket named before it, with its entries in ascending key order (byte
+   * order): an iterable, or a function that calls `put` for each (a key and value are copied
+   * before put returns, so the caller may reuse their buffers).
+   */
+  bucket(name: Uint8Array, entries: BucketEntries): void {
     if (this.finished) throw new BoltWriteError('the file is finished');
     const nameBuf = Buffer.from(name);
     const prev = this.roots[this.roots.length - 1];
     if (prev && Buffer.compare(prev.name, nameBuf) >= 0) throw new BoltWriteError(`bucket ${nameBuf.toString()} after ${prev.name.toString()}: buckets must come in name order`);
     const tree = new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`);
-    for (const [k, v] of entries) tree.put(k, v);
+    if (typeof entries === 'function') entries((k, v, len) => tree.put(k, v, 0, len));
+    else for (const [k, v] of entries) tree.put(k, v);
     const inline = tree.inlinePage();
     let value: Buffer;
     if (inline) {
@@ -339,7 +351,7 @@ export class BoltWriter {
 }
 
 /** A whole bbolt file in memory, for small contents and tests. */
-export function writeBoltFile(buckets: Iterable<{ name: Uint8Array; entries: Iterable<readonly [Uint8Array, Uint8Array]> }>, opts: BoltWriterOptions = {}): Buffer {
+export function writeBoltFile(buckets: Iterable<{ name: Uint8Array; entries: BucketEntries }>, opts: BoltWriterOptions = {}): Buffer {
   const parts: { pgid: number; bytes: Buffer }[] = [];
   const w = new BoltWriter((pgid, bytes) => parts.push({ pgid, bytes: Buffer.from(bytes) }), opts);
   for (const b of buckets) w.bucket(b.name, b.entries);

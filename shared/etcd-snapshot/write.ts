@@ -19,8 +19,9 @@
 // Range at every revision from the compact revision to the head.
 import type { MvccDb } from '../mvcc/schema.js';
 import { META, readMeta } from '../mvcc/schema.js';
-import { decodeKeyValue, encodeKeyValue, EMPTY } from '../mvcc/keyvalue.js';
-import { mainOf, subOf, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
+import { revKey, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
+import { scanHistory } from '../mvcc/history-scan.js';
+import type { BucketEntries, PutEntry } from '../bbolt/write.js';
 import { refAt } from '../mvcc/keyindex.js';
 import { compactionPending } from '../mvcc/history.js';
 import { authMeta, authTables } from '../auth/tables.js';
@@ -101,7 +102,7 @@ export function encodeLease(id: bigint, ttl: number): Buffer {
 export type Entry = readonly [Uint8Array, Uint8Array];
 export interface EtcdBucket {
   name: Buffer;
-  entries: Iterable<Entry>;
+  entries: BucketEntries;
 }
 
 /** What the snapshot holds, for the caller's log and reply. */
@@ -113,33 +114,59 @@ export interface ExportSummary {
   changes: number;
 }
 
+/** Where a stored KeyValue's key field ends, and whether it is a tombstone (no version field). */
+function recordShape(r: Uint8Array, length: number): { keyStart: number; keyEnd: number; tombstone: boolean } {
+  if (r[0] !== 0x0a) throw new Error('a history record without a key field (the database is damaged)');
+  let pos = 1;
+  let klen = 0;
+  for (let shift = 1, b = 0x80; b & 0x80; shift *= 128) {
+    b = r[pos++]!;
+    klen += (b & 0x7f) * shift;
+  }
+  const keyStart = pos;
+  const keyEnd = pos + klen;
+  // Fields come in number order: create_revision (0x10) and mod_revision (0x18) may precede
+  // version (0x20), which every put has and no tombstone has.
+  pos = keyEnd;
+  let tombstone = true;
+  while (pos < length) {
+    const tag = r[pos]!;
+    if (tag === 0x20) {
+      tombstone = false;
+      break;
+    }
+    if (tag !== 0x10 && tag !== 0x18) break;
+    pos++;
+    while (r[pos++]! & 0x80);
+  }
+  return { keyStart, keyEnd, tombstone };
+}
+
 /**
  * The `key` bucket from `history`: every change in revision order, converted to etcd's key and
  * (for deletions) value, without what a compaction to `compactRev` removes.
  */
-function* keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): Generator<Entry> {
-  const pending = compactRev > 0 && compactionPending(db);
-  const rk = Buffer.allocUnsafe(REVKEY_BYTES);
-  // Reused for every entry (the writer copies them before asking for the next).
-  const putKey = Buffer.allocUnsafe(ETCD_REVKEY_BYTES);
-  const tombstoneKey = Buffer.allocUnsafe(ETCD_TOMBSTONE_REVKEY_BYTES);
-  const entry: [Uint8Array, Uint8Array] = [putKey, EMPTY];
-  for (const { key, value } of db.history.getRange({})) {
-    const main = mainOf(key);
-    const kv = decodeKeyValue(value);
-    const tombstone = kv.version === 0;
-    if (main <= compactRev) {
-      if (tombstone) continue;
-      if (pending) {
-        const newest = refAt(db, Buffer.from(kv.key), compactRev);
-        if (!newest || !refIsPut(newest) || !refRevKey(newest, rk).equals(key)) continue;
+function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): (put: PutEntry) => void {
+  return (put) => {
+    const pending = compactRev > 0 && compactionPending(db);
+    const rk = Buffer.allocUnsafe(REVKEY_BYTES);
+    // Reused for every entry (the writer copies them before put returns).
+    const putKey = Buffer.allocUnsafe(ETCD_REVKEY_BYTES);
+    const tombstoneKey = Buffer.allocUnsafe(ETCD_TOMBSTONE_REVKEY_BYTES);
+    scanHistory(db, ({ main, sub, record, length }) => {
+      const { keyStart, keyEnd, tombstone } = recordShape(record, length);
+      if (main <= compactRev) {
+        if (tombstone) return;
+        if (pending) {
+          const newest = refAt(db, Buffer.from(record.subarray(keyStart, keyEnd)), compactRev);
+          if (!newest || !refIsPut(newest) || !refRevKey(newest, rk).equals(revKey(main, sub))) return;
+        }
       }
-    }
-    summary.changes++;
-    entry[0] = etcdRevisionKey(main, subOf(key), tombstone, tombstone ? tombstoneKey : putKey);
-    entry[1] = tombstone ? encodeKeyValue({ key: kv.key, createRevision: 0, modRevision: 0, version: 0, value: EMPTY, lease: 0n }) : value;
-    yield entry;
-  }
+      summary.changes++;
+      // kvs's tombstone is the key field and mod_revision; etcd's is the key field alone.
+      put(etcdRevisionKey(main, sub, tombstone, tombstone ? tombstoneKey : putKey), record, tombstone ? keyEnd : length);
+    });
+  };
 }
 
 function* leaseBucket(db: MvccDb): Generator<Entry> {
