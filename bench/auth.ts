@@ -1,9 +1,9 @@
 // Auth for the -auth workloads (par-get-auth, par-put-auth): after the preload, the main
 // process sets up etcd's Auth API on the server under test (kvs and etcd alike, the same calls
 // etcdctl makes) and turns auth on; each load-generator client then logs in as `bench` once
-// and sends its token in the `token` metadata of every request (bench/kv-client.ts).
+// and sends its token in the `token` metadata of every request (testkit/kv-client.ts).
 import { decode } from '../shared/proto/index.js';
-import { KvClient } from './kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { DATA_AREA, ROOT_PREFIX, key, prefixEnd } from './keys.js';
 
 export const ROOT_USER = 'root';

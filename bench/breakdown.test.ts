@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Stage, STAGE_NAMES, type StageFile } from '../shared/stages.js';
 import { joinBreakdown, stageDefs, type Breakdown } from './breakdown-join.js';
-import type { ProcessCost } from './proc.js';
+import type { ProcessCost } from '../testkit/proc.js';
 import { perfUnavailable } from './syscall-trace.js';
 
 const BREAKDOWN = fileURLToPath(new URL('./breakdown.js', import.meta.url));

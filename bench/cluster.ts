@@ -10,14 +10,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
-import { freePorts } from '../integration/loopback.js';
-import { KvClient } from './kv-client.js';
+import { freePorts } from '../testkit/loopback.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { key, value } from './keys.js';
-import { processTree, pssBytes, rssBytes } from './proc.js';
+import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
-import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server, type System } from './servers.js';
+import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server } from './servers.js';
+import type { System } from './system.js';
 import type { ClusterControl } from './workload.js';
-import { TcpProxy } from '../chaos/proxy.js';
+import { TcpProxy } from '../testkit/proxy.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -2,7 +2,7 @@
 // `node dist/bench/compaction-stall.js [revisions] [keys]` (defaults 1,000,000 and 5,000).
 //
 // Builds a store of `revisions` puts over `keys` keys (128-byte values) directly through the
-// apply path (integration/history-fixture.ts: WAL entries applied to LMDB in transactions of
+// apply path (testkit/history-fixture.ts: WAL entries applied to LMDB in transactions of
 // 10,000, no WAL written; the engine continues after LMDB's applied index), opens the storage
 // engine on it as the storage process does, runs one serial writer (each put waits for the previous one,
 // so its latency is queueing + the drain + fdatasync), and after a second of writes submits a
@@ -15,8 +15,9 @@ import { performance } from 'node:perf_hooks';
 import { openMvcc, META } from '../shared/mvcc/schema.js';
 import { createLogger } from '../shared/log.js';
 import { encode } from '../shared/proto/index.js';
-import { Engine, Op, type WriteResult } from '../services/storage/engine.js';
-import { writeHistory } from '../integration/history-fixture.js';
+import { Engine, type WriteResult } from '../services/storage/engine.js';
+import { Op } from '../shared/storage/ops.js';
+import { writeHistory } from '../testkit/history-fixture.js';
 
 const revisions = Number(process.argv[2] ?? 1_000_000);
 const keyCount = Number(process.argv[3] ?? 5_000);

@@ -5,9 +5,10 @@
 // the event came first). kvs and etcd 3.4 alternate, each on a fresh data directory.
 import { parseArgs } from 'node:util';
 import { decode, encode, num, service } from '../shared/proto/index.js';
-import { KvClient } from './kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { value } from './keys.js';
-import { ensureEtcd, startServer, type System } from './servers.js';
+import { ensureEtcd, startServer } from './servers.js';
+import type { System } from './system.js';
 import { percentile } from './stats.js';
 import { WatchStream } from './watch-stream.js';
 

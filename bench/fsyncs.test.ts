@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type net from 'node:net';
 import { test } from 'node:test';
-import { freePorts } from '../integration/loopback.js';
+import { freePorts } from '../testkit/loopback.js';
 import { counterValue, scrapeFsyncs } from './fsyncs.js';
 
 const EXPOSITION = `# HELP etcd_disk_wal_fsync_duration_seconds The latency distributions of fsync called by WAL.

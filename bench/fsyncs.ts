@@ -2,7 +2,7 @@
 // kvs_wal_fsync_duration_seconds_count (on the node's --metrics-addr) and etcd's
 // etcd_disk_wal_fsync_duration_seconds_count (etcd 3.4 serves /metrics on its client URL).
 // Read before and after each timed window, for fsyncs per second and ops per fsync.
-import type { System } from './servers.js';
+import type { System } from './system.js';
 
 export const FSYNC_COUNTER: Record<System, string> = {
   kvs: 'kvs_wal_fsync_duration_seconds_count',

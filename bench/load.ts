@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { BENCH_PASSWORD, BENCH_USER } from './auth.js';
 import { GoWorkerProcess } from './go-client.js';
 import type { FromWorker, GoRunRequest, RunRequest, RunResult, ToWorker } from './protocol.js';
-import type { ClientKind } from './kv-client.js';
+import type { ClientKind } from '../testkit/kv-client.js';
 import { workload as workloadNamed } from './workloads/index.js';
 import type { WorkloadOptions } from './workload.js';
 

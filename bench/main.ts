@@ -1,17 +1,21 @@
-// kvs benchmark suite: `npm run bench [-- flags]`. Starts a kvs node and a real etcd 3.4 (or
-// uses --endpoints), runs each workload against both in alternating rounds, prints one table and
-// writes the results as JSON. See docs/benchmarks.md.
+// kvs benchmark suite: `kvs bench [flags]` (which runs bin/kvs-bench.js, this program's entry),
+// or `npm run bench [-- flags]`. Starts a kvs node and a real etcd 3.4 (or uses --endpoints),
+// runs each workload against both in alternating rounds, prints one table and writes the
+// results as JSON. See docs/benchmarks.md. It ships in the package: what it uses of testkit/
+// (process plumbing, loopback ports, the S3 server, the TCP proxy, the clients, /proc readers,
+// the history fixture) loads neither node:test nor a devDependency (bench/shipped.test.ts).
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { CLIENT_KINDS, KvClient } from './kv-client.js';
+import { CLIENT_KINDS, KvClient } from '../testkit/kv-client.js';
 import { enableAuth } from './auth.js';
 import { KEY_BYTES, ROOT_PREFIX, VALUE_BYTES, prefixEnd } from './keys.js';
 import { LoadGenerator, type LoadClient } from './load.js';
 import { buildGoLoadGenerator } from './go-client.js';
 import { describeMachine } from './machine.js';
 import { RATIO_NOTE, machineLine, ratios, table, writeDocs, type Report, type SystemResult, type WorkloadResult } from './report.js';
-import { REPO_ROOT, ensureEtcd, localObjectStore, startServer, type KvsObjectStore, type Server, type System } from './servers.js';
+import { REPO_ROOT, ensureEtcd, localObjectStore, startServer, type KvsObjectStore, type Server } from './servers.js';
+import type { System } from './system.js';
 import type { Rgw } from './rgw.js';
 import { Tally, type Target } from './tally.js';
 import { CLUSTER_NODES, PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
@@ -22,7 +26,7 @@ import { startCluster, type BenchCluster } from './cluster.js';
 const NOT_GO = [...WORKLOADS, ...RGW_WORKLOADS].filter((w) => !w.go).map((w) => w.name);
 const GO_RUNS = 'the put, get, mixed and range workloads, with their -auth, -store-* and cluster- variants';
 
-const HELP = `Usage: npx kvs bench [flags]     (or: npm run bench -- [flags])
+const HELP = `Usage: npx kvs bench [flags]     (or: npx kvs-bench [flags], npm run bench -- [flags])
 
 Starts kvs and etcd 3.4 on loopback free ports with temp data dirs (fresh ones for each
 workload), runs each workload against both in alternating rounds, prints a table and writes

@@ -2,7 +2,7 @@
 // serialization so latency arrays travel as typed arrays). The Go load generator
 // (`--client go`, bench/go-client.ts) gets the same requests as JSON lines, each run request
 // with its op named (GoRunRequest), and answers in JSON lines too (latencies in base64).
-import type { ClientKind } from './kv-client.js';
+import type { ClientKind } from '../testkit/kv-client.js';
 import type { GoOp, WorkloadOptions } from './workload.js';
 
 export interface PreloadRequest {

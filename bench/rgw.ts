@@ -1,8 +1,8 @@
-// Ceph RGW for the `-store-rgw` workloads (`--rgw`): one server for the whole run (the
-// integration tests' integration/s3-server.ts: monitor, memstore OSD, radosgw on loopback),
-// a fresh bucket for each kvs node.
+// Ceph RGW for the `-store-rgw` workloads (`--rgw`): one server for the whole run (the test
+// kit's s3-server.ts, as the integration tests start it: monitor, memstore OSD, radosgw on
+// loopback), a fresh bucket for each kvs node.
 import { existsSync } from 'node:fs';
-import { startS3Server, type S3TestServer } from '../integration/s3-server.js';
+import { startS3Server, type S3TestServer } from '../testkit/s3-server.js';
 import type { KvsObjectStore } from './servers.js';
 
 export interface Rgw {

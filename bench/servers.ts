@@ -7,17 +7,16 @@ import { lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { KvClient } from './kv-client.js';
-import { etcdArgs, freePorts } from '../integration/loopback.js';
-import { processTree, pssBytes, rssBytes } from './proc.js';
+import { KvClient } from '../testkit/kv-client.js';
+import { etcdArgs, freePorts } from '../testkit/loopback.js';
+import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
+import type { System } from './system.js';
 
 /** Repository root (this file runs as dist/bench/servers.js). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const KVS_BIN = path.join(REPO_ROOT, 'bin', 'kvs.js');
 export const ETCD_BIN = '/usr/bin/etcd';
-
-export type System = 'kvs' | 'etcd';
 
 export interface DiskUsage {
   /** Allocated bytes (as du counts them). */
@@ -264,7 +263,7 @@ export async function localObjectStore(): Promise<KvsObjectStore> {
  * generators as a service in its own cgroup does. Both systems must get the same: with kvs
  * alone detached (until 2026-11-28), etcd shared the load generators' group and kvs did not,
  * which cost kvs about a fifth of its par-put throughput under etcd's Go client, and etcd
- * about as much when it was the one detached (docs/benchmarks.md, "The same scheduling group").
+ * about as much when it was the one detached (docs/perf/scheduling-group.md).
  */
 export const SERVER_SESSION = true;
 

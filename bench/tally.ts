@@ -1,8 +1,8 @@
 // One system's measurements of one workload, accumulated over alternating rounds (kvs, etcd,
 // kvs, etcd, ...) so that a change in the machine's background load hits both alike.
-import { KvClient } from './kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import type { LoadGenerator } from './load.js';
-import { cpuSeconds, cpuSecondsOf, processName } from './proc.js';
+import { cpuSeconds, cpuSecondsOf, processName } from '../testkit/proc.js';
 import type { SystemResult } from './report.js';
 import type { Server } from './servers.js';
 import { merge, summarize } from './stats.js';

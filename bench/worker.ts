@@ -3,7 +3,7 @@
 // request that started in the measured window.
 import { performance } from 'node:perf_hooks';
 import { BENCH_PASSWORD, BENCH_USER } from './auth.js';
-import { KvClient, type ClientKind } from './kv-client.js';
+import { KvClient, type ClientKind } from '../testkit/kv-client.js';
 import { DATA_AREA, key, value } from './keys.js';
 import type { FromWorker, PreloadRequest, RunRequest, ToWorker } from './protocol.js';
 import { workload } from './workloads/index.js';

@@ -2,7 +2,7 @@
 // bench/workloads/index.ts): its `op` runs in the load-generator processes, once per client,
 // and its optional `measure` runs in the main process after the timed phase.
 import { decode } from '../shared/proto/index.js';
-import type { KvClient } from './kv-client.js';
+import type { KvClient } from '../testkit/kv-client.js';
 
 /** Clients of the parallel workloads: 16, each with its own gRPC connection. */
 export const PARALLEL = 16;

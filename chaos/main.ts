@@ -5,7 +5,7 @@
 import sade from 'sade';
 import { NEMESES, applicable, type NemesisName } from './nemesis.js';
 import { runChaos } from './run.js';
-import type { Ctx } from '../integration/harness.js';
+import type { Ctx } from '../testkit/harness.js';
 
 /** A cleanup scope for the harness outside node:test: cleanups run last-first at close(). */
 class Scope implements Ctx {

@@ -14,7 +14,7 @@
 //   isolate-leader   the leader cut from both followers and from the object store at once;
 //                    its clients can still reach it (cluster)
 import type { ChaosNode, ChaosSystem } from './system.js';
-import type { ProxyMode } from './proxy.js';
+import type { ProxyMode } from '../testkit/proxy.js';
 
 export const NEMESES = ['kill-leader', 'kill-follower', 'kill-component', 'pause', 'partition-peer', 'partition-client', 'store-outage', 'isolate-leader'] as const;
 export type NemesisName = (typeof NEMESES)[number];

@@ -3,9 +3,10 @@
 // Used by the CLI (main.ts) and by integration/chaos.test.ts.
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Ctx } from '../integration/harness.js';
-import { KvClient } from '../bench/kv-client.js';
-import { checkAppendSet, checkLinearizability, formatAppendSetReport, formatReport, prng, renderHtml, type AppendSetReport, type LinearizabilityReport } from './check/index.js';
+import type { Ctx } from '../testkit/harness.js';
+import { KvClient } from '../testkit/kv-client.js';
+import { checkAppendSet, checkLinearizability, formatAppendSetReport, formatReport, renderHtml, type AppendSetReport, type LinearizabilityReport } from './check/index.js';
+import { prng } from '../testkit/prng.js';
 import { applicable, ms, runNemeses, type FaultRecord, type NemesisName } from './nemesis.js';
 import { startSystem, type ChaosSystem, type StoreKind } from './system.js';
 import { Workload, type WorkloadStats } from './workload.js';

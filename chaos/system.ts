@@ -1,4 +1,4 @@
-// The system under test: 1 or 3 real `kvs run` nodes (integration/harness.ts's startKvs) on one
+// The system under test: 1 or 3 real `kvs run` nodes (testkit/harness.ts's startKvs) on one
 // object store (a local directory, or Ceph RGW started like the integration tests do), with a
 // proxy (proxy.ts) in front of every port the harness wants to cut:
 //   - each node's peer port: the node listens on --peer-listen and advertises its proxy
@@ -10,12 +10,12 @@
 //     shared/objectstore/failpoint.ts), so an outage can hit one node or all of them.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../integration/harness.js';
-import { FAST_FAILOVER } from '../integration/cluster.js';
-import { startS3Server } from '../integration/s3-server.js';
-import { KvClient } from '../bench/kv-client.js';
+import { localObjectStore, objectStoreArgs, reservePort, startKvs, status, tempDir, type Ctx, type KvsNode } from '../testkit/harness.js';
+import { FAST_FAILOVER } from '../testkit/node-cluster.js';
+import { startS3Server } from '../testkit/s3-server.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';
-import { TcpProxy, type ProxyMode } from './proxy.js';
+import { TcpProxy, type ProxyMode } from '../testkit/proxy.js';
 
 export type StoreKind = 'local' | 's3';
 

@@ -6,13 +6,13 @@
 // Append workers put a fresh key under a set's prefix per append; the final read of the prefix
 // tells which acknowledged appends survived (checkAppendSet).
 //
-// The clients are bench/kv-client.ts's h2 channel: one HTTP/2 connection per worker, no
+// The clients are testkit/kv-client.ts's h2 channel: one HTTP/2 connection per worker, no
 // retries. A client that retries on its own could report a CAS that took effect as failed
 // (its retry finding the new value), which would make the history lie. Every error on a write
 // is an unknown outcome: even `no leader` or `leader changed` can come after the entry reached
 // a follower that later leads and applies it (docs/cluster.md, staged entries).
 import type { KvOperation, AppendAttempt } from './check/index.js';
-import { KvClient } from '../bench/kv-client.js';
+import { KvClient } from '../testkit/kv-client.js';
 import { decode, encode } from '../shared/proto/index.js';
 import { service } from '../shared/proto/index.js';
 

@@ -1,8 +1,8 @@
 // The durability scenarios (archiver-scenarios.ts) on S3: a real Ceph RGW, started once for
 // this file; "store down" stops radosgw itself.
 import { openObjectStore } from '../shared/objectstore/index.js';
-import { fileScope, onCleanup } from './harness.js';
-import { startS3Server } from './s3-server.js';
+import { fileScope, onCleanup } from '../testkit/harness.js';
+import { startS3Server } from '../testkit/s3-server.js';
 import { diskLossScenario, storeDownScenario, type Backend } from './archiver-scenarios.js';
 
 const s3 = await startS3Server(fileScope);

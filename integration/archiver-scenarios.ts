@@ -6,7 +6,7 @@ import { test, type TestContext } from 'node:test';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
 import { listWalSegments } from '../shared/objectstore/catalog.js';
-import { client, pollUntil, onCleanup, startKvs, type KvsNode, type KvsOptions, type ObjectStoreSpec } from './harness.js';
+import { client, pollUntil, onCleanup, startKvs, type KvsNode, type KvsOptions, type ObjectStoreSpec } from '../testkit/harness.js';
 import { Load, verify, assertRetryable } from './load.js';
 
 export async function openStore(t: TestContext, spec: ObjectStoreSpec): Promise<ObjectStore> {

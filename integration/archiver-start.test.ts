@@ -15,7 +15,7 @@ import { createLogger } from '../shared/log.js';
 import { dbPath, openMvcc } from '../shared/mvcc/schema.js';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { ArchiverLink } from '../services/storage/archiver-link.js';
-import { KVS_BIN, localObjectStore, objectStoreArgs, pollUntil, startProcess, tempDir } from './harness.js';
+import { KVS_BIN, localObjectStore, objectStoreArgs, pollUntil, startProcess, tempDir } from '../testkit/harness.js';
 
 test('the archiver checkpoints a new database only once storage has opened it', { timeout: 60_000 }, async (t) => {
   const dataDir = await tempDir(t, 'kvs-archiver-start-');

@@ -20,7 +20,7 @@ import {
   startKvs,
   tempDir,
   type ObjectStoreSpec,
-} from './harness.js';
+} from '../testkit/harness.js';
 import { assertWalExactlyOnce, checkpoint, diskLossScenario, keys, openStore, storeDownScenario, type Backend } from './archiver-scenarios.js';
 import { Load, verify } from './load.js';
 

@@ -8,9 +8,9 @@
 // password Authenticate checks) wait for the leader's committed index: the second test.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startCluster, waitForLeader } from './cluster.js';
-import { etcdctl } from './harness.js';
-import { login, rawClient } from './raw-client.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
+import { etcdctl } from '../testkit/harness.js';
+import { login, rawClient } from '../testkit/raw-client.js';
 import { decode } from '../shared/proto/index.js';
 
 const put = (key: string) => ['Put', 'etcdserverpb.PutRequest', { key: Buffer.from(key), value: Buffer.from('v') }] as const;

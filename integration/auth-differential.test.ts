@@ -6,8 +6,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { root, service } from '../shared/proto/index.js';
-import { encodeRequest, plain, prefixEnd, prng, type Outcome } from './differential.js';
-import { onCleanup, pollUntil, startEtcd, startKvs, type Ctx } from './harness.js';
+import { encodeRequest, plain, prefixEnd, type Outcome } from './differential.js';
+import { prng } from '../testkit/prng.js';
+import { onCleanup, pollUntil, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 import { etcdctlSideBySide } from './etcdctl-compare.js';
 
 const AUTH = 'etcdserverpb.Auth';

@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { Etcd3, type IOptions } from 'etcd3';
-import { TEST_CALL_OPTIONS, onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
-import { makeCa, type Ca } from './certs.js';
+import { TEST_CALL_OPTIONS, onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
+import { makeCa, type Ca } from '../testkit/certs.js';
 
 /** A value, or the error's class and message: what a step did, comparable across servers. */
 async function outcome(p: PromiseLike<unknown>): Promise<string> {

@@ -13,8 +13,8 @@ import * as grpc from '@grpc/grpc-js';
 import { Etcd3 } from 'etcd3';
 import { SignJWT } from 'jose';
 import { decode, encode, service } from '../shared/proto/index.js';
-import { etcdctl, KVS_BIN, onCleanup, pollUntil, runCommand, startEtcd, startKvs, tempDir, type Ctx } from './harness.js';
-import { makeJwtKeys } from './certs.js';
+import { etcdctl, KVS_BIN, onCleanup, pollUntil, runCommand, startEtcd, startKvs, tempDir, type Ctx } from '../testkit/harness.js';
+import { makeJwtKeys } from '../testkit/certs.js';
 
 type Unary = (req: Buffer, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Buffer) => void) => void;
 type Outcome<T = unknown> = { ok: T } | { code: number; details: string };

@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { encode, service } from '../shared/proto/index.js';
-import { etcdctl, freePort, onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
+import { etcdctl, freePort, onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 import { fakeClock } from './fake-clock.js';
 
 const FAILED = 'etcdserver: authentication failed, invalid user ID or password';

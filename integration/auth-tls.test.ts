@@ -3,8 +3,8 @@
 // certificates and the same users.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startKvs, type CmdResult } from './harness.js';
-import { makeCa, type CertFiles } from './certs.js';
+import { etcdctl, startEtcd, startKvs, type CmdResult } from '../testkit/harness.js';
+import { makeCa, type CertFiles } from '../testkit/certs.js';
 
 const lastLine = (s: string) => s.trimEnd().split('\n').at(-1) ?? '';
 

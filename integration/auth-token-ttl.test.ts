@@ -5,8 +5,8 @@
 // fixed `token` metadata, so that no client logs in again by itself.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { etcdctl, startEtcd, startKvs, type Ctx } from './harness.js';
-import { login, rawClient } from './raw-client.js';
+import { etcdctl, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
+import { login, rawClient } from '../testkit/raw-client.js';
 
 const TTL_S = 2;
 const INVALID = 'etcdserver: invalid auth token';

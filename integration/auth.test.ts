@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
 import * as grpc from '@grpc/grpc-js';
 import { Etcd3 } from 'etcd3';
-import { etcdctl, localObjectStore, onCleanup, pollUntil, startKvs, type KvsNode } from './harness.js';
-import { login, rawClient } from './raw-client.js';
+import { etcdctl, localObjectStore, onCleanup, pollUntil, startKvs, type KvsNode } from '../testkit/harness.js';
+import { login, rawClient } from '../testkit/raw-client.js';
 
 async function bootstrap(node: KvsNode): Promise<void> {
   const ctl = (...args: string[]) => etcdctl(node.endpoint, args);

@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { encode } from '../shared/proto/index.js';
-import { client, startEtcd, startKvs } from './harness.js';
-import { prng } from './differential.js';
-import { http2FrameTypes, rawExchange } from '../chaos/fuzz/raw-socket.js';
+import { client, startEtcd, startKvs } from '../testkit/harness.js';
+import { prng } from '../testkit/prng.js';
+import { http2FrameTypes, rawExchange } from '../testkit/raw-socket.js';
 
 function randomBytes(rnd: () => number, n: number): Buffer {
   const b = Buffer.alloc(n);

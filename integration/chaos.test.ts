@@ -10,7 +10,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { REPO_ROOT, runCommand, tempDir, type Ctx } from './harness.js';
+import { REPO_ROOT, runCommand, tempDir, type Ctx } from '../testkit/harness.js';
 
 const seed = Number(process.env.KVS_CHAOS_SEED ?? Math.floor(Date.now() / 3_600_000) % 100_000);
 const CHAOS_BIN = path.join(REPO_ROOT, 'dist', 'chaos', 'main.js');

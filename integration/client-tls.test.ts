@@ -9,8 +9,8 @@ import path from 'node:path';
 import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { KVS_BIN, client, etcdctl, pollUntil, runCommand, startEtcd, startKvs, tempDir, type CmdResult } from './harness.js';
-import { makeCa, type Ca, type CertFiles } from './certs.js';
+import { KVS_BIN, client, etcdctl, pollUntil, runCommand, startEtcd, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
+import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
 import { GrpcServer, type ServerCall, type UnaryCallback } from '../shared/grpc/http2-server.js';
 import { service } from '../shared/proto/index.js';
 

@@ -13,7 +13,7 @@ import {
   STMConflictError,
   Isolation,
 } from 'etcd3';
-import { client, startEtcd, startKvs } from './harness.js';
+import { client, startEtcd, startKvs } from '../testkit/harness.js';
 
 type Backend = 'kvs' | 'etcd';
 

@@ -8,11 +8,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { freePort, onCleanup, pollUntil, runCommand, status, tempDir } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { freePort, onCleanup, pollUntil, runCommand, status, tempDir } from '../testkit/harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 import { Load } from './load.js';
 import { onceClient, within } from './fencing-helpers.js';
-import { get, scrape, value } from './metrics-scrape.js';
+import { get, scrape, value } from '../testkit/metrics-scrape.js';
 import { MIN_FREE_BYTES } from '../services/storage/disk-space.js';
 
 const lines = (out: string, re: RegExp) => out.split('\n').filter((l) => re.test(l));

@@ -2,12 +2,12 @@
 // buffer of recent entries, and restarting one component of a node (docs/cluster.md).
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { freePort, objectStoreArgs, pollUntil } from './harness.js';
+import { freePort, objectStoreArgs, pollUntil } from '../testkit/harness.js';
 import { checkpoint } from './archiver-scenarios.js';
 import { kvs, ok } from './objectstore-fixtures.js';
-import { leaderEpoch, startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { leaderEpoch, startCluster, waitForLeader, type ClusterNode } from '../testkit/node-cluster.js';
 import { status } from '@grpc/grpc-js';
-import { get, scrape, value } from './metrics-scrape.js';
+import { get, scrape, value } from '../testkit/metrics-scrape.js';
 import { PeerChannel, peerCredentials } from '../services/peer/transport.js';
 import { createLogger } from '../shared/log.js';
 

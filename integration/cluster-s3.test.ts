@@ -3,9 +3,9 @@
 // failover without losing an acknowledged write, and a fresh node restoring from the bucket.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fileScope, pollUntil } from './harness.js';
-import { startS3Server } from './s3-server.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { fileScope, pollUntil } from '../testkit/harness.js';
+import { startS3Server } from '../testkit/s3-server.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 
 const s3 = await startS3Server(fileScope);
 

@@ -1,4 +1,4 @@
-// Peer TLS (docs/security.md, "Peer TLS"): with --peer-tls-ca/-cert/-key the peer port speaks
+// Peer TLS (docs/security.md#peer-tls): with --peer-tls-ca/-cert/-key the peer port speaks
 // mutual TLS 1.3 only, both directions. A cluster of such nodes works as any cluster; a node
 // without peer TLS, with a certificate of another CA or with an expired certificate cannot
 // join (it keeps trying and never follows, nor leads), and each side logs one clear line for
@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { KVS_BIN, etcdctl, pollUntil, runCommand, tempDir } from './harness.js';
-import { makeCa, type Ca, type CertFiles } from './certs.js';
-import { leaderOf, startCluster, waitForLeader, type ClusterNode, type TestCluster } from './cluster.js';
+import { KVS_BIN, etcdctl, pollUntil, runCommand, tempDir } from '../testkit/harness.js';
+import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
+import { leaderOf, startCluster, waitForLeader, type ClusterNode, type TestCluster } from '../testkit/node-cluster.js';
 
 const tlsArgs = (ca: Ca, c: CertFiles) => ['--peer-tls-ca', ca.cert, '--peer-tls-cert', c.cert, '--peer-tls-key', c.key];
 

@@ -4,12 +4,12 @@ import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
-import { etcdctl, freePort, onCleanup, pollUntil, startEtcdctl } from './harness.js';
-import { scrape, value } from './metrics-scrape.js';
-import { rawClient } from './raw-client.js';
+import { etcdctl, freePort, onCleanup, pollUntil, startEtcdctl } from '../testkit/harness.js';
+import { scrape, value } from '../testkit/metrics-scrape.js';
+import { rawClient } from '../testkit/raw-client.js';
 import { decode, service } from '../shared/proto/index.js';
 import { COMMIT_DELAY_ENV } from '../services/peer/commit-delay.js';
-import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
+import { startCluster, waitForLeader, type ClusterNode } from '../testkit/node-cluster.js';
 
 const ELECTION = 'v3electionpb.Election';
 

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GRPCOutOfRangeError, type Etcd3 } from 'etcd3';
-import { client, component, etcdctl, freePort, pollUntil, startKvs, tempDir, waitComponent, type KvsNode } from './harness.js';
-import { fixtureKey, writeHistory } from './history-fixture.js';
+import { client, component, etcdctl, freePort, pollUntil, startKvs, tempDir, waitComponent, type KvsNode } from '../testkit/harness.js';
+import { fixtureKey, writeHistory } from '../testkit/history-fixture.js';
 import { Endpoint, encodeRequest, type Outcome } from './differential.js';
 
 const MAINTENANCE = 'etcdserverpb.Maintenance';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { root, service } from '../shared/proto/index.js';
-import { onCleanup, pollUntil } from './harness.js';
+import { onCleanup, pollUntil } from '../testkit/harness.js';
 import { startPair, encodeRequest, plain, prefixEnd, LEASE, type Differ, type Endpoint, type Outcome, type Plain } from './differential.js';
 
 const LOCK = 'v3lockpb.Lock';

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { service } from '../shared/proto/index.js';
-import { ETCDCTL_BIN, client, etcdctl, onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
+import { ETCDCTL_BIN, client, etcdctl, onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 
 /**
  * A critical section run by many workers at once: each reads the counter, writes it plus one,

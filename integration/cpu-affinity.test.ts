@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import { test } from 'node:test';
-import { KVS_BIN, client, component, freePort, runCommand, startKvs, status, tempDir, waitComponent, type KvsNode } from './harness.js';
-import { startCluster } from './cluster.js';
+import { KVS_BIN, client, component, freePort, runCommand, startKvs, status, tempDir, waitComponent, type KvsNode } from '../testkit/harness.js';
+import { startCluster } from '../testkit/node-cluster.js';
 
 /** The CPU list of every thread of a process (/proc/PID/task/TID/status, Cpus_allowed_list). */
 function threadCpus(pid: number): string[] {

@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client, component, startKvs, waitComponent } from './harness.js';
+import { client, component, startKvs, waitComponent } from '../testkit/harness.js';
 import { Load, verify, assertRetryable } from './load.js';
 
 test('kill -9 of the storage process under load (three times) loses no acknowledged put', async (t) => {

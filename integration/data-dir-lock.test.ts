@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { KVS_BIN, REPO_ROOT, client, freePort, onCleanup, runCommand, startKvs, tempDir, type Ctx } from './harness.js';
+import { KVS_BIN, REPO_ROOT, client, freePort, onCleanup, runCommand, startKvs, tempDir, type Ctx } from '../testkit/harness.js';
 
 interface Unreaped {
   /** The supervisor (`kvs run`): its own session and process group. */

@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { runCommand } from './harness.js';
+import { runCommand } from '../testkit/harness.js';
 import { COMMIT_DELAY_ENV } from '../services/peer/commit-delay.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
-import { prefixEnd, prng, startPair, type Differ, type Method, type Plain } from './differential.js';
+import { prefixEnd, startPair, type Differ, type Method, type Plain } from './differential.js';
+import { prng } from '../testkit/prng.js';
 
 const ORDERS = ['NONE', 'ASCEND', 'DESCEND'] as const;
 const SORT_TARGETS = ['KEY', 'VERSION', 'CREATE', 'MOD', 'VALUE'] as const;

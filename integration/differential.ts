@@ -10,8 +10,9 @@ import { createHash } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { root, service } from '../shared/proto/index.js';
-import { startCluster, waitForLeader } from './cluster.js';
-import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
+import { onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
+import { prng } from '../testkit/prng.js';
 
 export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;
 /** Lease methods; LeaseKeepAlive is sent as one request on a fresh stream. */
@@ -406,14 +407,3 @@ export function prefixEnd(prefix: string): string {
   return '\0';
 }
 
-/** mulberry32: a small seeded PRNG, so a failing random sequence can be replayed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = a;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}

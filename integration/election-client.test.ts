@@ -2,11 +2,11 @@
 // against etcd: ELECTION_ROUNDS rounds of all of them on each (default 3, a few seconds per
 // server, 10-20 s on a loaded machine); none may fail. Before kvs served the calls a client
 // sends with its GOAWAY, every round failed against kvs (14 UNAVAILABLE: Channel closed before
-// call started). Hundreds of rounds, run by hand: docs/architecture.md, "The client port's
-// HTTP/2".
+// call started). Hundreds of rounds, run by hand:
+// docs/journal/2026-11-23.md#a-clients-goaway-and-the-election-scenarios.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { startEtcd, startKvs } from './harness.js';
+import { startEtcd, startKvs } from '../testkit/harness.js';
 import { report, runScenarios } from './election-scenarios.js';
 
 const ROUNDS = Number(process.env.ELECTION_ROUNDS ?? 3);

@@ -10,7 +10,8 @@
 // one HTTP/2 connection (grpc-js's subchannel pool), the client closes them all (so sends
 // GOAWAY) whenever a watch stream ends with an error, its own cancel of an election's last
 // watcher included, and a call it starts in the same turn reaches the server right after that
-// GOAWAY. kvs refused those calls (docs/architecture.md, "The client port's HTTP/2").
+// GOAWAY. kvs refused those calls
+// (docs/journal/2026-11-23.md#a-clients-goaway-and-the-election-scenarios).
 import assert from 'node:assert/strict';
 import { ClientClosedError, Etcd3, Election, NotCampaigningError, type Campaign, type ElectionObserver } from 'etcd3';
 import { noop } from 'cockatiel';

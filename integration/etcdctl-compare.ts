@@ -3,7 +3,7 @@
 // raft term and index, db size, server version, member name and peer URLs, the endpoint
 // address, timings, and the timestamp and client id in etcdctl's log lines.
 import assert from 'node:assert/strict';
-import { etcdctl, type CmdOptions, type CmdResult } from './harness.js';
+import { etcdctl, type CmdOptions, type CmdResult } from '../testkit/harness.js';
 
 /** JSON.parse that keeps 64-bit ids exact (as strings). */
 export function parseJson(text: string): unknown {

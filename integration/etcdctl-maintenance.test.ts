@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startKvs, tempDir } from './harness.js';
+import { etcdctl, startEtcd, startKvs, tempDir } from '../testkit/harness.js';
 import { etcdctlSideBySide, lastError, parseJson } from './etcdctl-compare.js';
 
 /** The member id of the node at `endpoint` as etcdctl prints and takes it: hex. */

@@ -9,7 +9,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { etcdctl, startEtcd, startEtcdctl, startKvs, type CmdResult } from './harness.js';
+import { etcdctl, startEtcd, startEtcdctl, startKvs, type CmdResult } from '../testkit/harness.js';
 import { etcdctlSideBySide, lastError, normalise, normaliseText, parseJson } from './etcdctl-compare.js';
 
 test('etcdctl 3.4 prints the same from kvs as from etcd', async (t) => {

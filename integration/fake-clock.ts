@@ -14,7 +14,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { runCommand, tempDir, type Ctx } from './harness.js';
+import { runCommand, tempDir, type Ctx } from '../testkit/harness.js';
 
 const LIB = 'libfaketimeMT.so.1';
 

@@ -1,5 +1,6 @@
-// Fencing rule "No decision compares two machines' clocks" (docs/cluster.md, "Failover and the
-// safety rules"; the design's "Liveness and fencing"): a follower takes over only after it has
+// Fencing rule "No decision compares two machines' clocks"
+// (docs/cluster.md#failover-and-the-safety-rules; the design's "Liveness and fencing"): a
+// follower takes over only after it has
 // itself seen the lock unchanged (same ETag) for the liveness TTL on its own monotonic clock,
 // after its retries ran out — whatever its wall clock says about the lock's LastSeenNano.
 //
@@ -9,10 +10,10 @@
 // second after the cut, and the test failed at "the follower took the lock from a live leader".
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startCluster } from './cluster.js';
+import { startCluster } from '../testkit/node-cluster.js';
 import { fakeClock } from './fake-clock.js';
 import { LockWatch, onceClient, within } from './fencing-helpers.js';
-import { pollUntil } from './harness.js';
+import { pollUntil } from '../testkit/harness.js';
 
 // A leader with a disconnected follower touches its lock every 1.5 s (a third of the TTL).
 const TTL_MS = 4500;

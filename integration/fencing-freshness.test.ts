@@ -14,9 +14,9 @@ import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { startCluster } from './cluster.js';
+import { startCluster } from '../testkit/node-cluster.js';
 import { LockWatch, NO_LEADER, onceClient, within } from './fencing-helpers.js';
-import { pollUntil, tempDir } from './harness.js';
+import { pollUntil, tempDir } from '../testkit/harness.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';
 
 // The leader's margin is a third of it, and so is the time between its touches.

@@ -6,7 +6,7 @@ import { noop } from 'cockatiel';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
-import { onCleanup, type Ctx, type ObjectStoreSpec } from './harness.js';
+import { onCleanup, type Ctx, type ObjectStoreSpec } from '../testkit/harness.js';
 
 /** An etcd3 client of one node without retries or circuit breaker (etcd3's defaults retry UNAVAILABLE). */
 export function onceClient(t: Ctx, endpoint: string): Etcd3 {

@@ -16,13 +16,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { startCluster } from './cluster.js';
+import { startCluster } from '../testkit/node-cluster.js';
 import { LockWatch, NO_LEADER, onceClient, within } from './fencing-helpers.js';
-import { localObjectStore, pollUntil, startKvs, tempDir } from './harness.js';
+import { localObjectStore, pollUntil, startKvs, tempDir } from '../testkit/harness.js';
 import { FAILPOINT_ENV } from '../shared/objectstore/failpoint.js';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { TERM_PREFIX, WAL_PREFIX, parseTermStartKey, parseWalKey } from '../shared/objectstore/layout.js';
-import type { ObjectStoreSpec } from './harness.js';
+import type { ObjectStoreSpec } from '../testkit/harness.js';
 
 const TTL_MS = 4500;
 

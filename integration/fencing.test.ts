@@ -1,9 +1,9 @@
-// The fencing rules of the cluster (docs/cluster.md, "Safety rules"), each shown on real nodes
-// in the way that would break without it.
+// The fencing rules of the cluster (docs/cluster.md#failover-and-the-safety-rules), each shown
+// on real nodes in the way that would break without it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { etcdctl } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
+import { etcdctl } from '../testkit/harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 
 test('a follower that lost its leader serves serializable reads and refuses linearizable ones (and writes) until it has a leader again', async (t) => {
   // A liveness TTL long enough that no follower takes over during the test.

@@ -1,4 +1,4 @@
-// A short seeded run of the port fuzzers (chaos/fuzz, docs/reliability.md "Port fuzzing"): the
+// A short seeded run of the port fuzzers (chaos/fuzz, docs/reliability.md#port-fuzzing): the
 // client port of one node, in gRPC and then in HTTP/1.x (the JSON gateway), and the peer port
 // of a one-node cluster (its leader; `npm run fuzz` fuzzes a three-node cluster's). The seed
 // changes daily (printed: replay with `npm run fuzz -- --seed N --target T`, and `--case I` for
@@ -14,10 +14,10 @@ import * as grpc from '@grpc/grpc-js';
 import { service } from '../shared/proto/index.js';
 import { EPOCH_HEADER } from '../services/peer/transport.js';
 import { crashed, processes } from '../chaos/fuzz/oracle.js';
-import { rawExchange } from '../chaos/fuzz/raw-socket.js';
+import { rawExchange } from '../testkit/raw-socket.js';
 import { fuzz, summaryLine, type RunSummary } from '../chaos/fuzz/run.js';
 import { CLOSE_DEADLINE_MS, clientPortTarget, startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
-import { startKvs } from './harness.js';
+import { startKvs } from '../testkit/harness.js';
 
 const today = new Date();
 const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());

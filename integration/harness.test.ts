@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { access } from 'node:fs/promises';
 import { test } from 'node:test';
-import { ETCD_BIN, RESERVED_PORTS_FROM, client, etcdctl, freePort, freePorts, pollUntil, portClaimName, reservePort, startEtcd, startKvs, startProcess, status, tempDir, type EtcdNode } from './harness.js';
-import { etcdArgs } from './loopback.js';
+import { ETCD_BIN, RESERVED_PORTS_FROM, client, etcdctl, freePort, freePorts, pollUntil, portClaimName, reservePort, startEtcd, startKvs, startProcess, status, tempDir, type EtcdNode } from '../testkit/harness.js';
+import { etcdArgs } from '../testkit/loopback.js';
 import { Endpoint, encodeRequest } from './differential.js';
 import { bindAbstract } from '../supervisor/data-dir-lock.js';
 

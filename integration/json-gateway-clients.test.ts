@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { makeCa } from './certs.js';
-import { REPO_ROOT, runCommand, startEtcd, startKvs } from './harness.js';
+import { makeCa } from '../testkit/certs.js';
+import { REPO_ROOT, runCommand, startEtcd, startKvs } from '../testkit/harness.js';
 
 const PYTHON = '/usr/bin/python3';
 const CLIENTS = path.join(REPO_ROOT, 'integration', 'clients');

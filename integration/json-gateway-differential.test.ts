@@ -15,8 +15,8 @@ import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import { test, type TestContext } from 'node:test';
-import { makeCa } from './certs.js';
-import { onCleanup, startEtcd, startKvs, type Ctx } from './harness.js';
+import { makeCa } from '../testkit/certs.js';
+import { onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 
 // ---------------------------------------------------------------- the two sides
 

@@ -7,8 +7,8 @@ import http from 'node:http';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { startCluster, waitForLeader } from './cluster.js';
-import { client, startKvs, status } from './harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
+import { client, startKvs, status } from '../testkit/harness.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString();
@@ -108,7 +108,7 @@ describe('JSON gateway: clients that misbehave', () => {
     const [host, port] = node.endpoint.split(':');
     // A raw socket that sends the watch and then reads nothing: the kernel's buffers fill, then
     // the response stream needs draining, and the hub holds the watcher back (no buffering),
-    // as it does a slow gRPC watcher (docs/architecture.md, Watch).
+    // as it does a slow gRPC watcher (docs/architecture.md, "Watch": slow watchers).
     const socket = net.connect(Number(port), host);
     t.after(() => socket.destroy());
     await new Promise((resolve) => socket.once('connect', resolve));

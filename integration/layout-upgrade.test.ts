@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { open } from 'lmdb';
 import { dbPath, META, openMvcc, SCHEMA_VERSION } from '../shared/mvcc/schema.js';
 import type { Etcd3 } from 'etcd3';
-import { client, etcdctl, startKvs } from './harness.js';
+import { client, etcdctl, startKvs } from '../testkit/harness.js';
 
 const binary = { encoding: 'binary', keyEncoding: 'binary' } as const;
 

@@ -6,7 +6,7 @@ import { test, type TestContext } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import type { Etcd3, Lease } from 'etcd3';
 import { encode } from '../shared/proto/index.js';
-import { client, pollUntil, startEtcd, startKvs } from './harness.js';
+import { client, pollUntil, startEtcd, startKvs } from '../testkit/harness.js';
 
 async function revision(c: Etcd3): Promise<number> {
   return Number((await c.get('\0no-such-key').exec()).header.revision);

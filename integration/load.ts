@@ -14,7 +14,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { TestContext } from 'node:test';
 import { Etcd3, GRPCUnavailableError, GRPCDeadlineExceededError } from 'etcd3';
 import { noop } from 'cockatiel';
-import { onCleanup } from './harness.js';
+import { onCleanup } from '../testkit/harness.js';
 
 export interface Ack {
   key: string;

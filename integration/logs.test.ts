@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { stripVTControlCharacters } from 'node:util';
-import { client, localObjectStore, pollUntil, startKvs, type KvsNode } from './harness.js';
+import { client, localObjectStore, pollUntil, startKvs, type KvsNode } from '../testkit/harness.js';
 
 const lines = (node: KvsNode) => stripVTControlCharacters(node.output()).split('\n').filter((l) => l.trim() !== '');
 

@@ -5,9 +5,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { startPair, prng, encodeRequest, type Differ, type Outcome, type Plain } from './differential.js';
-import { client, startKvs } from './harness.js';
-import { rawClient } from './raw-client.js';
+import { startPair, encodeRequest, type Differ, type Outcome, type Plain } from './differential.js';
+import { prng } from '../testkit/prng.js';
+import { client, startKvs } from '../testkit/harness.js';
+import { rawClient } from '../testkit/raw-client.js';
 
 const MAINTENANCE = 'etcdserverpb.Maintenance';
 

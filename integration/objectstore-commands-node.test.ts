@@ -3,10 +3,10 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { Etcd3 } from 'etcd3';
-import { client, localObjectStore, objectStoreArgs, startKvs, type KvsNode, type ObjectStoreSpec } from './harness.js';
+import { client, localObjectStore, objectStoreArgs, startKvs, type KvsNode, type ObjectStoreSpec } from '../testkit/harness.js';
 import { checkpoint } from './archiver-scenarios.js';
 import { kvs, ok } from './objectstore-fixtures.js';
-import { startS3Server } from './s3-server.js';
+import { startS3Server } from '../testkit/s3-server.js';
 
 async function everything(c: Etcd3): Promise<Record<string, string>> {
   return c.getAll().prefix('').strings();

@@ -10,9 +10,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openObjectStore, type ObjectStore } from '../shared/objectstore/index.js';
 import { objectPath } from '../shared/objectstore/local.js';
 import { sstKey, walKey, type CheckpointManifest } from '../shared/objectstore/layout.js';
-import { KVS_BIN, fileScope, runCommand, tempDir } from './harness.js';
+import { KVS_BIN, fileScope, runCommand, tempDir } from '../testkit/harness.js';
 import { failed, history, keys, kvs, ok, sha, writeCheckpoint, writeLatest } from './objectstore-fixtures.js';
-import { startS3Server } from './s3-server.js';
+import { startS3Server } from '../testkit/s3-server.js';
 
 const root = await tempDir(fileScope, 'kvs-objects-cmd-');
 const endpoint = pathToFileURL(root).href;

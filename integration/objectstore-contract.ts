@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { test } from 'node:test';
 import { openObjectStore, PreconditionFailedError, type ObjectStore, type ObjectStoreOptions } from '../shared/objectstore/index.js';
-import { REPO_ROOT } from './harness.js';
+import { REPO_ROOT } from '../testkit/harness.js';
 import type { RaceOp } from './objectstore-worker.js';
 
 export interface ContractTarget {

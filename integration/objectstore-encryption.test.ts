@@ -10,7 +10,7 @@ import { pathToFileURL } from 'node:url';
 import { loadEncryptionKey, parseEncryptionKey } from '../shared/objectstore/encryption.js';
 import { openObjectStore, objectStoreOptions } from '../shared/objectstore/index.js';
 import { objectStoreContract } from './objectstore-contract.js';
-import { fileScope, tempDir } from './harness.js';
+import { fileScope, tempDir } from '../testkit/harness.js';
 
 const root = await tempDir(fileScope, 'kvs-objects-enc-');
 const endpoint = pathToFileURL(root).href;

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { ObjectStore } from '../shared/objectstore/index.js';
 import { MANIFEST_LATEST, checkpointKey, sstKey, walKey, type CheckpointManifest, type Latest } from '../shared/objectstore/layout.js';
-import { KVS_BIN, runCommand, type CmdResult } from './harness.js';
+import { KVS_BIN, runCommand, type CmdResult } from '../testkit/harness.js';
 
 /** `node bin/kvs.js ...args`; never throws on a non-zero exit. */
 export function kvs(args: string[], env: Record<string, string> = {}): Promise<CmdResult> {

@@ -10,7 +10,7 @@ import { openObjectStore } from '../shared/objectstore/index.js';
 import { LocalObjectStore } from '../shared/objectstore/local.js';
 import { PreconditionFailedError } from '../shared/objectstore/store.js';
 import { objectStoreContract } from './objectstore-contract.js';
-import { fileScope, tempDir } from './harness.js';
+import { fileScope, tempDir } from '../testkit/harness.js';
 import { failed, keys, kvs } from './objectstore-fixtures.js';
 
 const root = await tempDir(fileScope, 'kvs-objects-');

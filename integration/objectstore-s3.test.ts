@@ -5,8 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { openObjectStore, type ObjectVersion } from '../shared/objectstore/index.js';
 import { objectStoreContract } from './objectstore-contract.js';
-import { fileScope } from './harness.js';
-import { startS3Server } from './s3-server.js';
+import { fileScope } from '../testkit/harness.js';
+import { startS3Server } from '../testkit/s3-server.js';
 
 const s3 = await startS3Server(fileScope);
 const bucket = await s3.createBucket();

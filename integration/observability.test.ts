@@ -5,9 +5,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, REPO_ROOT, type Ctx } from './harness.js';
+import { client, etcdctl, freePort, localObjectStore, objectStoreArgs, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir, KVS_BIN, REPO_ROOT, type Ctx } from '../testkit/harness.js';
 import { SPEC_METRIC_NAMES } from '../shared/metrics.js';
-import { get, samples, scrape, value, type Sample } from './metrics-scrape.js';
+import { get, samples, scrape, value, type Sample } from '../testkit/metrics-scrape.js';
 
 const PROMETHEUS_BIN = '/usr/bin/prometheus';
 

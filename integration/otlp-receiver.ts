@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
-import { REPO_ROOT, onCleanup, type Ctx } from './harness.js';
+import { REPO_ROOT, onCleanup, type Ctx } from '../testkit/harness.js';
 
 export interface ExportedSpan {
   traceId: string;

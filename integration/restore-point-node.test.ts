@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { test } from 'node:test';
 import type { Etcd3 } from 'etcd3';
-import { client, objectStoreArgs, startKvs, tempDir } from './harness.js';
+import { client, objectStoreArgs, startKvs, tempDir } from '../testkit/harness.js';
 import { checkpoint } from './archiver-scenarios.js';
 import { failed, kvs, ok } from './objectstore-fixtures.js';
-import { startS3Server } from './s3-server.js';
+import { startS3Server } from '../testkit/s3-server.js';
 
 async function everything(c: Etcd3): Promise<Record<string, string>> {
   return c.getAll().prefix('').strings();

@@ -10,9 +10,9 @@ import { pathToFileURL } from 'node:url';
 import { openObjectStore, type ObjectStore } from '../shared/objectstore/index.js';
 import { MANIFEST_LATEST, walKey, type Latest } from '../shared/objectstore/layout.js';
 import { RestorePointStore, parseRestorePoint } from '../shared/objectstore/restore-point.js';
-import { fileScope, tempDir } from './harness.js';
+import { fileScope, tempDir } from '../testkit/harness.js';
 import { failed, history, keys, kvs, ok, sha, writeCheckpoint, writeLatest } from './objectstore-fixtures.js';
-import { startS3Server } from './s3-server.js';
+import { startS3Server } from '../testkit/s3-server.js';
 
 const s3 = await startS3Server(fileScope);
 

@@ -17,9 +17,10 @@ import { Etcd3 } from 'etcd3';
 import {
   ETCD_BIN, ETCDCTL_BIN, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, client, etcdctl, onCleanup, pollUntil, runCommand, startKvs, startProcess, tempDir,
   type Ctx, type ServerProcess,
-} from './harness.js';
-import { etcdArgs, freePorts } from './loopback.js';
-import { encodeRequest, prng } from './differential.js';
+} from '../testkit/harness.js';
+import { etcdArgs, freePorts } from '../testkit/loopback.js';
+import { encodeRequest } from './differential.js';
+import { prng } from '../testkit/prng.js';
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../shared/proto/index.js';
 import { writeBoltFile } from '../shared/bbolt/write.js';

@@ -7,8 +7,9 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { execa } from 'execa';
-import { KVS_BIN, REPO_ROOT, client, etcdctl, startKvs, tempDir, type CmdResult } from './harness.js';
-import { Differ, Endpoint, encodeRequest, prng, type Outcome } from './differential.js';
+import { KVS_BIN, REPO_ROOT, client, etcdctl, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
+import { Differ, Endpoint, encodeRequest, type Outcome } from './differential.js';
+import { prng } from '../testkit/prng.js';
 
 const MAINTENANCE = 'etcdserverpb.Maintenance';
 

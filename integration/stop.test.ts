@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
-import { localObjectStore, objectStoreArgs, startKvs, status, type Ctx } from './harness.js';
-import { startCluster, waitForLeader, type ClusterNode } from './cluster.js';
-import { rawClient, type RawCall } from './raw-client.js';
+import { localObjectStore, objectStoreArgs, startKvs, status, type Ctx } from '../testkit/harness.js';
+import { startCluster, waitForLeader, type ClusterNode } from '../testkit/node-cluster.js';
+import { rawClient, type RawCall } from '../testkit/raw-client.js';
 
 const ROUNDS = 10;
 const HAND_OFF_LIMIT_MS = 2000;

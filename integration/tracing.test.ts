@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { client, localObjectStore, onCleanup, pollUntil, startKvs, type Ctx, type KvsNode } from './harness.js';
+import { client, localObjectStore, onCleanup, pollUntil, startKvs, type Ctx, type KvsNode } from '../testkit/harness.js';
 import { startOtlpReceiver, type ExportedSpan, type OtlpReceiver } from './otlp-receiver.js';
 import { num, service } from '../shared/proto/index.js';
 

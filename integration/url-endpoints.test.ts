@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import path from 'node:path';
-import { etcdctl, startEtcd, startEtcdctl, startKvs, tempDir, type CmdResult, type Ctx } from './harness.js';
-import { makeCa } from './certs.js';
+import { etcdctl, startEtcd, startEtcdctl, startKvs, tempDir, type CmdResult, type Ctx } from '../testkit/harness.js';
+import { makeCa } from '../testkit/certs.js';
 
 /** Runs one command of each etcdctl group against `endpoint`; returns what failed. */
 async function everyGroup(t: Ctx, endpoint: string, flags: string[], dir: string): Promise<string[]> {

@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
 import { noop } from 'cockatiel';
 import { service } from '../shared/proto/index.js';
-import { client, component, onCleanup, startKvs, waitComponent, type KvsNode } from './harness.js';
+import { client, component, onCleanup, startKvs, waitComponent, type KvsNode } from '../testkit/harness.js';
 
 /** One writer putting `prefix<n>` in a loop, each key once; failures are left to the store. */
 class Writer {

@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { once } from 'node:events';
 import type { Etcd3, IKeyValue, WatchBuilder } from 'etcd3';
-import { client, freePort, onCleanup, pollUntil, startKvs, type Ctx } from './harness.js';
-import { startCluster, waitForLeader } from './cluster.js';
-import { scrape, value } from './metrics-scrape.js';
+import { client, freePort, onCleanup, pollUntil, startKvs, type Ctx } from '../testkit/harness.js';
+import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
+import { scrape, value } from '../testkit/metrics-scrape.js';
 
 /** Puts `prefix<n>` until the gateway at `metricsAddr` says it asked for quiet; returns the keys put. */
 async function putUntilQuiet(c: Etcd3, metricsAddr: string, prefix: string): Promise<string[]> {

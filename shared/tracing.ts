@@ -1,4 +1,4 @@
-// Tracing over OTLP/gRPC (docs/observability.md, "Tracing"). Off unless an OTLP endpoint is
+// Tracing over OTLP/gRPC (docs/observability.md#tracing). Off unless an OTLP endpoint is
 // set in the environment: then nothing of the SDK is even loaded, no provider exists, and
 // `startTracing` returns undefined, which callers turn into their untraced code paths once, at
 // setup. On: this process (gateway or storage) runs its own NodeSDK with the OTLP gRPC exporter

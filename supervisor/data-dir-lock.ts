@@ -89,7 +89,7 @@ export function releaseDataDir(dataDir: string): void {
 
 /**
  * Listens on the abstract socket `name` (a lock: the data directory's here, a test's port in
- * integration/harness.ts); undefined when someone else holds it (EADDRINUSE). A connection is
+ * testkit/harness.ts); undefined when someone else holds it (EADDRINUSE). A connection is
  * told the holder's pid.
  */
 export function bindAbstract(name: string): Promise<net.Server | undefined> {

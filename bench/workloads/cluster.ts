@@ -7,7 +7,7 @@
 //                                       follower; the time until writes are acknowledged again
 import { performance } from 'node:perf_hooks';
 import { decode } from '../../shared/proto/index.js';
-import { KvClient } from '../kv-client.js';
+import { KvClient } from '../../testkit/kv-client.js';
 import { key, value } from '../keys.js';
 import { CLUSTER_NODES, baselineMetrics, type ClusterControl, type ClusterRole, type MeasureTarget, type Workload } from '../workload.js';
 import { parGet, seqGet } from './get.js';

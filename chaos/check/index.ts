@@ -26,4 +26,4 @@ export {
   type AppendSetReport,
   type AppendSetKeyReport,
 } from './append-set.js';
-export { simulateRegister, prng, type SimOptions } from './simulate.js';
+export { simulateRegister, type SimOptions } from './simulate.js';

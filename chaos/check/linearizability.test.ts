@@ -9,7 +9,8 @@ import { normalise, type KvInput, type KvOperation, type KvOutput, type Op } fro
 import { cutAfter, edits, applyEdits, shortestFailingPrefix } from './minimize.js';
 import { search, sortEntries } from './wgl.js';
 import { compileKv } from './kv-model.js';
-import { simulateRegister, prng } from './simulate.js';
+import { simulateRegister } from './simulate.js';
+import { prng } from '../../testkit/prng.js';
 
 // --- history builders: ret undefined means the outcome is unknown ---------------------------
 type R = number | undefined;

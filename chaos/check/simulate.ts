@@ -7,6 +7,7 @@
 // never do; all three are recorded without a return, as a real client would record them.
 
 import type { KvInput, KvOperation, KvOutput } from './history.js';
+import { prng } from '../../testkit/prng.js';
 
 export interface SimOptions {
   readonly seed: number;
@@ -21,17 +22,6 @@ export interface SimOptions {
   readonly mix?: readonly [number, number, number, number];
 }
 
-/** mulberry32: small, fast, seedable. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Running {
   readonly op: { client: number; key: string; input: KvInput; call: number };

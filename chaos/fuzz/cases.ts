@@ -6,8 +6,8 @@
 // it, closed it, or neither before the case's deadline.
 import http2 from 'node:http2';
 import zlib from 'node:zlib';
-import { Flag, FrameType, PREFACE, frame, goaway, grpcHeaders, grpcMessage, headerBlock, priority, rstStream, settings, windowUpdate } from './h2-frames.js';
-import { http2Frames, rawExchange } from './raw-socket.js';
+import { Flag, FrameType, PREFACE, frame, goaway, grpcHeaders, grpcMessage, headerBlock, priority, rstStream, settings, windowUpdate } from '../../testkit/h2-frames.js';
+import { http2Frames, rawExchange } from '../../testkit/raw-socket.js';
 import { UNDECODABLE, type MethodInfo } from './bodies.js';
 import { staysInScratch } from './scratch-guard.js';
 import type { Rand } from './random.js';
@@ -15,7 +15,7 @@ import type { Rand } from './random.js';
 /**
  * 'open-after-goaway': the server sent GOAWAY with an error code, then neither closed the
  * connection nor read from it (RFC 9113 5.4.1: it MUST close it). node:http2 does this after
- * some connection errors (docs/reliability.md, Port fuzzing); counted apart from 'hung'.
+ * some connection errors (docs/reliability.md#port-fuzzing); counted apart from 'hung'.
  */
 export type Outcome = 'answered' | 'closed' | 'hung' | 'open-after-goaway';
 

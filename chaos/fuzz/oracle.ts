@@ -6,7 +6,7 @@
 // fuzzer made inside the scratch prefix come after that revision and are left out.
 import * as grpc from '@grpc/grpc-js';
 import { decode, encode } from '../../shared/proto/index.js';
-import { status, type KvsNode } from '../../integration/harness.js';
+import { status, type KvsNode } from '../../testkit/harness.js';
 import { AUTH_SCRATCH, inScratch } from './scratch-guard.js';
 import { SEED_PREFIX } from './client-cases.js';
 

@@ -1,6 +1,6 @@
 // The fuzzer's randomness: one PRNG per case, seeded from the run's seed and the case's index,
 // so that any case can be replayed alone (`--seed N --case I`) exactly as the run sent it.
-import { prng } from '../../integration/differential.js';
+import { prng } from '../../testkit/prng.js';
 
 export class Rand {
   private readonly next: () => number;

@@ -2,8 +2,8 @@
 // kvs node for the client port (gRPC, or the JSON gateway's HTTP/1.x on the same port); a
 // cluster for the peer port, three nodes unless asked (its peer ports are fuzzed, its client
 // ports serve the oracle).
-import { startKvs, type Ctx, type KvsNode } from '../../integration/harness.js';
-import { leaderEpoch, startCluster } from '../../integration/cluster.js';
+import { startKvs, type Ctx, type KvsNode } from '../../testkit/harness.js';
+import { leaderEpoch, startCluster } from '../../testkit/node-cluster.js';
 import type { Case } from './cases.js';
 import { clientCase } from './client-cases.js';
 import { closeHttpGuard } from './http-guard.js';

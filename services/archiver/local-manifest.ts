@@ -3,7 +3,7 @@
 // be partial: a restore that stopped half-way, or files from elsewhere.
 import fs from 'node:fs';
 import path from 'node:path';
-import { fsyncDir } from '../storage/wal/segment.js';
+import { fsyncDir } from '../../shared/fsync.js';
 
 export const LOCAL_MANIFEST = 'kvs-manifest.json';
 

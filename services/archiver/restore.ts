@@ -18,9 +18,9 @@ import { MANIFEST_LATEST, type CheckpointManifest, type Latest, type SstRef } fr
 import { listWalSegments, readLatest, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
 import type { Logger } from '../../shared/log.js';
 import { dbPath } from '../../shared/mvcc/schema.js';
-import { fsyncDir } from '../storage/wal/segment.js';
+import { fsyncDir } from '../../shared/fsync.js';
 import { LOCAL_MANIFEST, dataEntries, readLocalManifest, writeLocalManifest, type LocalManifest } from './local-manifest.js';
-import { localWalRange, materializeWal, type WalObject } from './wal-objects.js';
+import { localWalRange, materializeWal, type WalObject } from '../../shared/wal/objects.js';
 import { readDbMeta, readLocalDbMeta } from './db-meta.js';
 import { progressReporter } from '../../shared/progress.js';
 

@@ -11,7 +11,7 @@ import { Role } from '../../shared/cluster.js';
 import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
-import { Op } from '../storage/engine.js';
+import { Op } from '../../shared/storage/ops.js';
 import type { Logger } from '../../shared/log.js';
 import type { FeedLink } from './watch/feed-link.js';
 

@@ -7,8 +7,9 @@ import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.j
 import { service } from '../../shared/proto/index.js';
 import type { WriteLink } from '../../shared/grpc/batch-link.js';
 import type { OpenStreams } from '../../shared/grpc/server.js';
-import { forward, toServiceError } from './kv.js';
-import { Op } from '../storage/engine.js';
+import { forward } from './kv.js';
+import { toServiceError } from './service-error.js';
+import { Op } from '../../shared/storage/ops.js';
 import type { AuthGate } from './auth/gate.js';
 import { guardedForward, writeChecks } from './auth/guard.js';
 import { checked, keepAliveCheck, leaseLeasesCheck, leaseTimeToLiveCheck } from './auth/wrap.js';

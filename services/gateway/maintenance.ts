@@ -10,7 +10,7 @@ import { dbSizes } from '../../shared/mvcc/tables.js';
 import type { HashWorker } from './hash-worker.js';
 import type { Logger } from '../../shared/log.js';
 import type { NodeInfo } from './node-info.js';
-import { toServiceError } from './kv.js';
+import { toServiceError } from './service-error.js';
 import { streamSnapshot } from './snapshot.js';
 import { VERSION } from '../../shared/version.js';
 
@@ -60,8 +60,9 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
       cb(null, {});
     },
     Defragment(_call, cb) {
-      // A no-op (docs/architecture.md): LMDB reuses free pages itself, and shrinking the file
-      // would mean swapping it under two processes that map it.
+      // A no-op (docs/architecture.md#maintenance-servicesgatewaymaintenancets): LMDB reuses
+      // free pages itself, and shrinking the file would mean swapping it under two processes
+      // that map it.
       log.info('defragment requested: nothing to do (LMDB reuses free pages)');
       cb(null, {});
     },

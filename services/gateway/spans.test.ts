@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readKind, writeKind } from './spans.js';
 import { encode } from '../../shared/proto/index.js';
-import { Op } from '../storage/engine.js';
+import { Op } from '../../shared/storage/ops.js';
 
 const k = (s: string) => Buffer.from(s);
 

@@ -9,7 +9,7 @@ import type { ServerCall, StatusLike, UnaryCallback } from '../../shared/grpc/ht
 import type { Tracing } from '../../shared/tracing.js';
 import { decode } from '../../shared/proto/index.js';
 import { classifyTxn, keyScope, type Classified } from '../../shared/mvcc/write-kind.js';
-import { Op } from '../storage/engine.js';
+import { Op } from '../../shared/storage/ops.js';
 
 export const ATTR_KEY_SCOPE = 'kvs.key_scope';
 /** OpenTelemetry's semantic convention for a gRPC call's status code. */

@@ -4,8 +4,8 @@
 import type { Logger } from '../../shared/log.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { listWalSegments } from '../../shared/objectstore/catalog.js';
-import { uploadedRecords } from '../archiver/wal-objects.js';
-import { encodeFrames, type WalRecord } from '../storage/wal/frame.js';
+import { uploadedRecords } from '../../shared/wal/objects.js';
+import { encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
 import type { StorageSide } from './storage-side.js';
 
 const CHUNK_BYTES = 4 * 1024 * 1024;

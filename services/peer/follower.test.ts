@@ -12,7 +12,7 @@ import { StateBoard, type Member } from './state.js';
 import { StorageSide } from './storage-side.js';
 import { Following } from './follower.js';
 import { listenPeer, peerCredentials } from './transport.js';
-import { storageEnd, type AgentMessage } from './test-attach.js';
+import { storageEnd, type AgentMessage } from '../../testkit/peer-attach.js';
 
 const log = createLogger('test', 'silent');
 

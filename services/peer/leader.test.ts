@@ -11,7 +11,7 @@ import { LeaderLock, newEpoch, nowNano } from './lock.js';
 import { StateBoard, type Member } from './state.js';
 import { StorageSide } from './storage-side.js';
 import { Leadership, type LeaderEnd } from './leader.js';
-import { storageEnd, type AgentMessage } from './test-attach.js';
+import { storageEnd, type AgentMessage } from '../../testkit/peer-attach.js';
 
 const log = createLogger('test', 'silent');
 const TTL_MS = 1500;

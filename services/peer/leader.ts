@@ -15,7 +15,7 @@ import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
 import { Errors } from '../../shared/errors.js';
-import { decodeFrames, encodeFrames } from '../storage/wal/frame.js';
+import { decodeFrames, encodeFrames } from '../../shared/wal/frame.js';
 import { nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type Progress, type Replicate, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
@@ -486,7 +486,8 @@ export class Leadership {
   /**
    * Tells storage whether a connected follower runs on another machine (or one that does not
    * say): there a second batch in flight fills the leader's wait for the network, where on this
-   * machine it would take CPU the followers need (--write-pipeline auto; docs/cluster.md).
+   * machine it would take CPU the followers need (--write-pipeline auto;
+   * docs/cluster.md#two-batches-in-flight).
    */
   private sendPlacement(): void {
     const mine = this.o.self.hostId;

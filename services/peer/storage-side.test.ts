@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { createLogger } from '../../shared/log.js';
 import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
 import { Role, StorageSide } from './storage-side.js';
-import { ATTACH, agentSocket } from './test-attach.js';
+import { ATTACH, agentSocket } from '../../testkit/peer-attach.js';
 
 const log = createLogger('test', 'silent');
 

@@ -1,12 +1,12 @@
 // The peer port's listener against broken HTTP/2 (found by the port fuzzer when the port ran on
-// grpc-js, docs/reliability.md "Port fuzzing"): a Peer server behind listenPeer, as
+// grpc-js, docs/reliability.md#port-fuzzing): a Peer server behind listenPeer, as
 // services/peer/main.ts makes it, fed raw frames.
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { service } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
-import { Flag, FrameType, PREFACE, frame, grpcHeaders, grpcMessage, headerBlock, rstStream, settings } from '../../chaos/fuzz/h2-frames.js';
-import { http2Frames, rawExchange } from '../../chaos/fuzz/raw-socket.js';
+import { Flag, FrameType, PREFACE, frame, grpcHeaders, grpcMessage, headerBlock, rstStream, settings } from '../../testkit/h2-frames.js';
+import { http2Frames, rawExchange } from '../../testkit/raw-socket.js';
 import { GrpcServer, IDLE_PROBE_MS, PROBE_TICK_MS, PROBE_TIMEOUT_MS, type UnaryCallback } from '../../shared/grpc/http2-server.js';
 import { listenPeer, peerCredentials } from './transport.js';
 

@@ -1,9 +1,9 @@
 // The peer port's plumbing: its calls on our own HTTP/2 gRPC (the server of the client port,
 // shared/grpc/http2-server.ts, and the client side of the internal streams,
 // shared/grpc/h2-stream.ts), plaintext or with --peer-tls-ca/-cert/-key mutual TLS, TLS 1.3
-// only, both directions (docs/security.md, "Peer TLS"). Every cluster write crosses the peer
+// only, both directions (docs/security.md#peer-tls). Every cluster write crosses the peer
 // port twice on its way to the slowest follower and back; on @grpc/grpc-js the peer agents
-// spent 17–30 % of their busy time in it (docs/benchmarks.md).
+// spent 17–30 % of their busy time in it (docs/perf/cluster.md#levers-on-the-cluster-path).
 //
 // kvs does the TLS itself on both sides and hands the HTTP/2 layer the result:
 //  - the leader's side: the peer port is a net.Server of ours. Each connection's first byte

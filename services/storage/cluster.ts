@@ -16,7 +16,7 @@ import { UnixH2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
 import { Role } from '../../shared/cluster.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
-import { decodeFrames, encodeFrames, type WalRecord } from './wal/frame.js';
+import { decodeFrames, encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
 import type { Engine } from './engine.js';
 import { FreeSpaceError, mib } from './disk-space.js';
 import { Stage, stages } from '../../shared/stages.js';
@@ -161,7 +161,8 @@ export class PeerAttach {
       }
       // A leader's batch: the leader waits for this append's ACK, not for the apply of what the
       // batch says is committed (an LMDB transaction and the watchers' feed). The ACK leaves
-      // first, the apply once it is on its way (docs/benchmarks.md, "ACK before apply").
+      // first, the apply once it is on its way (docs/perf/cluster.md#levers-on-the-cluster-path,
+      // "ACK before apply").
       e.appendReplicated(records);
       const sent = new Promise<void>((resolve) => {
         const late = setTimeout(resolve, 20); // a stream that broke may never call back

@@ -7,8 +7,9 @@ import { openMvcc, META } from '../../shared/mvcc/schema.js';
 import { compactionPending } from '../../shared/mvcc/history.js';
 import { createLogger } from '../../shared/log.js';
 import { encode } from '../../shared/proto/index.js';
-import { writeHistory } from '../../integration/history-fixture.js';
-import { Engine, Op, type WriteResult } from './engine.js';
+import { writeHistory } from '../../testkit/history-fixture.js';
+import { Engine, type WriteResult } from './engine.js';
+import { Op } from '../../shared/storage/ops.js';
 
 const log = createLogger('test', 'silent');
 

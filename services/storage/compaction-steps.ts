@@ -38,7 +38,7 @@ export class CompactionSteps {
    * `pending` as read inside the batch's write transaction: a read outside one renews lmdb-js's
    * shared read snapshot, which lmdb-js releases with a setTimeout(0), so a storage process that
    * then sleeps (a leader waiting for its followers, a follower for the next batch) is woken
-   * once more per batch for nothing (docs/benchmarks.md, "lmdb-js's read-snapshot timer").
+   * once more per batch for nothing (docs/perf/wake-ups.md, "lmdb-js's read-snapshot timer").
    */
   kick(pending?: boolean): void {
     if (this.scheduled || this.stopped || !(pending ?? compactionPending(this.db))) return;

@@ -11,7 +11,8 @@
 import { autoCompact, type AutoCompact, type Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { encode } from '../../shared/proto/index.js';
-import { Op, type Engine } from './engine.js';
+import type { Engine } from './engine.js';
+import { Op } from '../../shared/storage/ops.js';
 
 export interface CompactorOptions {
   log: Logger;

@@ -26,36 +26,28 @@ import type { Logger } from '../../shared/log.js';
 import type { WritePipeline } from '../../shared/config.js';
 import { Wal, type WalOptions } from './wal/log.js';
 import { walEntryDebugLog } from './wal/entry-log.js';
-import { encodeFrames, type WalRecord } from './wal/frame.js';
+import { encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
 import { ABORT } from 'lmdb';
 import type { Span } from '@opentelemetry/api';
-import { Executor, type Identity, type TxnRequest, type CompactionRequest } from './mvcc/execute.js';
+import { Executor, type Identity } from './mvcc/execute.js';
+import type { TxnRequest, CompactionRequest } from '../../shared/mvcc/requests.js';
 import { classifyTxn, metricOp, type WriteKind } from '../../shared/mvcc/write-kind.js';
 import * as M from '../../shared/metrics.js';
 import { applyEntry, type WalEntry } from './mvcc/apply.js';
 import type { AuthChange } from './auth/apply.js';
-import { Lessor, LeaseOp } from './lease/lessor.js';
+import { Lessor } from './lease/lessor.js';
 import { CommitFeed } from './feed.js';
 import { DiskSpace } from './disk-space.js';
 import { CompactionSteps, REMOVAL_STOPPED } from './compaction-steps.js';
 import { compactionPending } from './mvcc/compaction.js';
 import type { Tracing } from '../../shared/tracing.js';
 import { WalSpans, endWalSpans } from './wal-spans.js';
-import { AuthExecutor, AuthOp } from './auth/executor.js';
+import { AuthExecutor } from './auth/executor.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { authTables } from '../../shared/auth/tables.js';
 import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
 
-export const Op = {
-  PUT: 1, DELETE_RANGE: 2, TXN: 3, COMPACT: 4,
-  LEASE_GRANT: LeaseOp.GRANT, LEASE_REVOKE: LeaseOp.REVOKE,
-  LEASE_KEEPALIVE: LeaseOp.KEEPALIVE, LEASE_TIME_TO_LIVE: LeaseOp.TIME_TO_LIVE, LEASE_LEASES: LeaseOp.LEASES,
-  AUTH_ENABLE: AuthOp.ENABLE, AUTH_DISABLE: AuthOp.DISABLE, AUTHENTICATE: AuthOp.AUTHENTICATE,
-  AUTH_USER_ADD: AuthOp.USER_ADD, AUTH_USER_DELETE: AuthOp.USER_DELETE, AUTH_USER_CHANGE_PASSWORD: AuthOp.USER_CHANGE_PASSWORD,
-  AUTH_USER_GRANT_ROLE: AuthOp.USER_GRANT_ROLE, AUTH_USER_REVOKE_ROLE: AuthOp.USER_REVOKE_ROLE, AUTH_ROLE_ADD: AuthOp.ROLE_ADD,
-  AUTH_ROLE_DELETE: AuthOp.ROLE_DELETE, AUTH_ROLE_GRANT_PERMISSION: AuthOp.ROLE_GRANT_PERMISSION,
-  AUTH_ROLE_REVOKE_PERMISSION: AuthOp.ROLE_REVOKE_PERMISSION, AUTH_TOKEN_REFRESH: AuthOp.TOKEN_REFRESH,
-} as const;
+import { Op } from '../../shared/storage/ops.js';
 
 export interface WriteResult {
   body?: Buffer;
@@ -84,12 +76,12 @@ const KIND_OF_OP: Record<number, WriteKind | undefined> = { 1: 'put', 2: 'delete
 const WAL_ENTRY = 'kvs.storage.WalEntry';
 
 /**
- * --write-pipeline auto (the default; docs/cluster.md): a cluster leader's batches waiting for
- * their ACKs at once while a follower runs on another machine (docs/benchmarks.md, "A second
- * batch in flight"). One batch in flight leaves the leader idle for the followers' round trip,
- * network included, while the next clients' writes queue. With every member on one machine
- * that wait is mostly the followers' CPU work on the same cores, and more, smaller batches
- * cost CPU they all need.
+ * --write-pipeline auto (the default; docs/cluster.md#two-batches-in-flight): a cluster
+ * leader's batches waiting for their ACKs at once while a follower runs on another machine
+ * (docs/perf/write-pipeline.md). One batch in flight leaves the leader idle for the followers'
+ * round trip, network included, while the next clients' writes queue. With every member on
+ * one machine that wait is mostly the followers' CPU work on the same cores, and more,
+ * smaller batches cost CPU they all need.
  */
 const PIPELINE_DEPTH = 2;
 
@@ -459,8 +451,8 @@ export class Engine {
     if (replicator) stages?.stamp(Stage.STORAGE_TO_PEER, index);
     // The batch leaves for the followers only when the event loop next turns (a gRPC write is
     // flushed asynchronously): without this turn it would wait for the blocking fdatasync below,
-    // and the followers' append could not overlap it (docs/benchmarks.md, "Where a put's time
-    // goes"). Nothing else drains meanwhile (held).
+    // and the followers' append could not overlap it (docs/perf/cluster.md#levers-on-the-cluster-path,
+    // "batch to followers before the leader's fsync"). Nothing else drains meanwhile (held).
     if (replicator) await new Promise<void>((resolve) => setImmediate(resolve));
     // A batch before it may have failed during that turn, and dropped every batch after it:
     // then this one is not written, and fails below once the peer agent has refused it too.

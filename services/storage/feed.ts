@@ -2,7 +2,7 @@
 // (encoded kvs.storage.WalEntry) to every subscriber (the gateways' watch hubs, through the
 // Storage.Feed rpc). Publishing never blocks the write path: a subscriber that cannot keep up
 // is skipped, and learns of the gap from the next batch's revision.
-import type { WalRecord } from './wal/frame.js';
+import type { WalRecord } from '../../shared/wal/frame.js';
 
 export interface FeedBatch {
   /** The store's revision once the batch is applied. */

@@ -19,7 +19,7 @@ export interface StorageServer {
 
 export function storageServer(engine: Engine, log: Logger): StorageServer {
   // Our own gRPC server on node:http2 (as the client port's), not grpc-js's: a message on this
-  // hop costs about half the CPU and latency (`npm run hop`, docs/benchmarks.md). Its callers
+  // hop costs about half the CPU and latency (`npm run hop`, docs/perf/hop-costs.md). Its callers
   // (the gateway's and the peer agent's write links, the gateway's feed) are our own as well
   // (shared/grpc/h2-stream.ts); any gRPC client can call it.
   const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });

@@ -3,8 +3,8 @@
 // --wal-sync-upload=false, each segment as it is sealed.
 import type { Logger } from '../../shared/log.js';
 import type { Wal, SealedSegment } from './wal/log.js';
-import { encodeFrames, type WalRecord } from './wal/frame.js';
-import { readSegment } from './wal/segment.js';
+import { encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
+import { readSegment } from '../../shared/wal/segment.js';
 import type { ArchiverLink } from './archiver-link.js';
 
 /** Records per chunk when the tail is uploaded at startup: bounded objects and messages. */

@@ -7,6 +7,7 @@
 // (etcd's IntervalTree.Contains); a single key passes when some permission contains it.
 import type { Permission, Role } from './tables.js';
 import { PermType } from './tables.js';
+import { asBuffer as asBuf } from '../bytes.js';
 
 export interface Interval {
   begin: Buffer;
@@ -30,10 +31,6 @@ export function intervalCompare(a: Interval, b: Interval): number {
 
 const ZERO = Buffer.from([0]);
 const EMPTY = Buffer.alloc(0);
-
-function asBuf(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
 
 export function point(key: Uint8Array): Interval {
   return { begin: asBuf(key), end: Buffer.concat([key, ZERO]) };

@@ -15,6 +15,7 @@ import type { Database } from 'lmdb';
 import type { MvccDb } from '../mvcc/schema.js';
 import { MAX_KEY_BYTES } from '../mvcc/schema.js';
 import { decode, encode, num } from '../proto/index.js';
+import { asBuffer } from '../bytes.js';
 
 export const AUTH_META_KEY = 'auth';
 export const ROOT_USER = 'root';
@@ -86,7 +87,7 @@ export function storableName(name: Uint8Array): boolean {
   return name.length > 0 && name.length <= MAX_KEY_BYTES;
 }
 
-const asBuf = (b: Uint8Array | string): Buffer => (typeof b === 'string' ? Buffer.from(b) : Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length));
+const asBuf = (b: Uint8Array | string): Buffer => (typeof b === 'string' ? Buffer.from(b) : asBuffer(b));
 
 interface PbUser { name: Uint8Array; password: Uint8Array; roles: string[]; options?: { noPassword?: boolean } | null }
 interface PbRole { name: Uint8Array; keyPermission: { permType: number; key: Uint8Array; rangeEnd: Uint8Array }[] }

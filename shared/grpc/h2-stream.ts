@@ -4,7 +4,7 @@
 // HTTP/2 session (http2-session.ts) with gRPC's framing, no gRPC library. A message on a hop
 // cost about half the CPU and latency of @grpc/grpc-js's client and server (`npm run hop`),
 // and node's http2 client sent each write from a later phase of the event loop
-// (docs/benchmarks.md). The servers are our own too (http2-server.ts). It does only what our
+// (docs/perf/hop-costs.md). The servers are our own too (http2-server.ts). It does only what our
 // own calls need: no metadata beyond fixed headers, no compression, no retries (the caller
 // reconnects: the batch link, the follower's loop), deadlines only on a unary call.
 import net from 'node:net';

@@ -3,7 +3,7 @@
 // Why not @grpc/grpc-js's Server: on this project's 2-core reference machine its server path
 // (metadata objects, interceptor chain, several event-loop hops per call) cost about as much
 // CPU per unary call as the whole Range it serves, and ~30 µs per streamed watch response
-// (docs/benchmarks.md); node:http2's server, under this one until 2026-11-27, cost 2–4 times
+// (docs/perf/client-port.md); node:http2's server, under this one until 2026-11-27, cost 2–4 times
 // what http2-session.ts costs per call. This server speaks the same wire protocol (gRPC over
 // HTTP/2: h2c, or h2 over TLS) with
 // the parts etcd's clients use: unary, server-streaming and bidi calls, grpc-timeout,

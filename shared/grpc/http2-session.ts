@@ -5,7 +5,7 @@
 // Why not node:http2: measured on the reference machine with etcd's Go client (the bench's
 // `--client go`), a unary call answered at once cost node's HTTP/2 server 200–330 µs of CPU
 // (16 clients / 1 client) and this one 45–110 µs, and a serial round trip was 160–200 µs
-// shorter (docs/benchmarks.md). Node's server builds a Duplex stream, a headers object and
+// shorter (docs/perf/client-port.md). Node's server builds a Duplex stream, a headers object and
 // several events per call, and nghttp2 writes each frame on its own; here a call is a small
 // object with callbacks, the frames of everything answered in one turn of the event loop leave
 // in one write, and the parser is a loop over the bytes of one read. What it does not have,

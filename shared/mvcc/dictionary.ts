@@ -2,9 +2,9 @@
 //
 // A history record is one small KeyValue (a key, a value of a few hundred bytes): too small for
 // LZ4 to find repeats within it. Compressed against a dictionary of what such records share, it
-// shrinks by about half when the values are Kubernetes-style JSON (docs/benchmarks.md, "bytes
-// per key"). So the dictionary is the vocabulary of Kubernetes objects and their keys: field
-// names, common kinds and API groups, label keys, the shape of timestamps. Values that share
+// shrinks by about half when the values are Kubernetes-style JSON (docs/perf/layout-size.md).
+// So the dictionary is the vocabulary of Kubernetes objects and their keys: field names,
+// common kinds and API groups, label keys, the shape of timestamps. Values that share
 // none of it (random bytes, protobuf) compress little or not at all; they cost the attempt.
 //
 // A database keeps the dictionary it was created with in its `meta` table (schema.ts) and is

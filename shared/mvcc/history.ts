@@ -5,6 +5,7 @@ import { META, readMeta } from './schema.js';
 import { decodeKeyValue } from './keyvalue.js';
 import { mainOf, revKey } from './revision.js';
 import { versionAt } from './keyindex.js';
+import { asBuffer } from '../bytes.js';
 
 /** mvccpb.Event.EventType */
 export const EventType = { PUT: 0, DELETE: 1 } as const;
@@ -20,10 +21,6 @@ export interface Change {
   key: Buffer;
   /** A PUT that created the key (etcd's IsCreateEvent): it has no previous version. */
   created: boolean;
-}
-
-function asBuffer(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
 /** A stored record (a history value or a WAL mutation) as a Change of `revision`. */

@@ -4,9 +4,9 @@
 //
 // Reads that return a `view` hand out LMDB's shared read buffer (lmdb-js getBinaryFast): valid
 // only until the next LMDB read in this process, so the caller copies what it keeps at once.
-import type { Database, RangeOptions, RootDatabase } from 'lmdb';
+import type { RangeOptions } from 'lmdb';
 import type { MvccDb } from './schema.js';
-import { EVENT_PUT, REF_BYTES, REVKEY_BYTES, keyRevValue, refIsPut, refMain, refRevKey } from './revision.js';
+import { EVENT_PUT, REVKEY_BYTES, keyRevValue, refIsPut, refMain, refRevKey } from './revision.js';
 
 /** The largest sub index a revision key can hold. */
 const MAX_SUB = 0xffff_ffff;
@@ -99,7 +99,7 @@ export function liveCount(db: MvccDb, b: Bounds): number {
 // A walk needs, per key, only its first (newest) dup. lmdb-js iterates every dup with its
 // value (LMDB's NEXT), or keys alone (NEXT_NODUP: the older dups are skipped in C), and
 // allocates a Buffer for each key and value it returns (most of a range's cost). So keyrevs is
-// opened a second time as a KeyScan, whose key and value decoders copy into scratch buffers
+// opened a second time as a KeyScan (key-scan.ts), whose key and value decoders copy into scratch buffers
 // instead: each step yields only whether the entry starts a new key, and the key (and, when
 // values are read, the newest ref of that key) is in the scratch.
 //
@@ -117,84 +117,6 @@ export function liveCount(db: MvccDb, b: Bounds): number {
 /** When a walk goes on with keys alone (see above). */
 const SKIPPED_PER_KEY = 2;
 const MIN_SKIPPED = 8;
-
-export interface KeyScan {
-  table: Database<true, boolean>;
-  /** The ref of the entry the walk is on (when values are read). */
-  ref: Buffer;
-  /** The key of the entry the walk is on. */
-  key: Buffer;
-  keyLength: number;
-  /**
-   * keyrevs a third time, for refAt: lmdb-js takes a start value among a key's dups only on a
-   * table with a value encoder (on plain binary values it throws), so this one has one that
-   * copies each ref.
-   */
-  refs: Database<Buffer, Buffer>;
-}
-
-/** A copy of the ref at the start of `bytes` (lmdb-js's shared buffer is longer than the value). */
-function copyRef(bytes: Uint8Array): Buffer {
-  const ref = Buffer.allocUnsafe(REF_BYTES);
-  for (let i = 0; i < REF_BYTES; i++) ref[i] = bytes[i]!;
-  return ref;
-}
-
-/** Opens keyrevs as a KeyScan (schema.ts, at open time: lmdb-js opens tables in a transaction of their own). */
-export function openKeyScan(env: RootDatabase<Buffer, Buffer>): KeyScan {
-  const scan: KeyScan = {
-    // Filled below; typed here so the decoders can reach it.
-    table: undefined as unknown as Database<true, boolean>,
-    ref: Buffer.alloc(REF_BYTES),
-    // Larger than any LMDB key (MAX_KEY_BYTES).
-    key: Buffer.alloc(2048),
-    keyLength: -1,
-    refs: env.openDB<Buffer, Buffer>({
-      name: 'keyrevs',
-      dupSort: true,
-      keyEncoding: 'binary',
-      encoder: {
-        encode: (v: Buffer) => v,
-        // Called with lmdb-js's shared buffer: the ref is copied out of it.
-        decode: copyRef,
-      },
-    } as never),
-  };
-  scan.table = env.openDB<true, boolean>({
-    name: 'keyrevs',
-    dupSort: true,
-    encoder: {
-      encode: (v: Buffer) => v,
-      // Called with lmdb-js's shared buffer (no stable copy is asked for).
-      decode(bytes: Uint8Array) {
-        for (let i = 0; i < REF_BYTES; i++) scan.ref[i] = bytes[i];
-        return true;
-      },
-    },
-    keyEncoder: {
-      writeKey(key: Buffer, target: Buffer, start: number) {
-        target.set(key, start);
-        return start + key.length;
-      },
-      /** True when the entry's key differs from the previous entry's: the first (newest) dup of a key. */
-      // Byte loops: cheaper than Buffer.compare/copy's argument checks for keys this short,
-      // and keys in a range mostly differ near their end.
-      readKey(bytes: Buffer, start: number, end: number) {
-        const n = end - start;
-        const last = scan.key;
-        if (n === scan.keyLength) {
-          let i = n - 1;
-          while (i >= 0 && bytes[start + i] === last[i]) i--;
-          if (i < 0) return false;
-        }
-        for (let i = 0; i < n; i++) last[i] = bytes[start + i]!;
-        scan.keyLength = n;
-        return true;
-      },
-    },
-  } as never);
-  return scan;
-}
 
 /**
  * Calls `visit` with the live version (a view: see the file comment) of every key in `b` that

@@ -8,6 +8,7 @@ import { liveCount, liveRecord, recordAt, recordOf, scanLive, scanRefs, type Bou
 import { refIsPut } from './revision.js';
 import { Errors } from '../errors.js';
 import { RangeEncoder, build, rangeResponse, type Header } from './responses.js';
+import { asBuffer } from '../bytes.js';
 
 export const SortOrder = { NONE: 0, ASCEND: 1, DESCEND: 2 } as const;
 export const SortTarget = { KEY: 0, VERSION: 1, CREATE: 2, MOD: 3, VALUE: 4 } as const;
@@ -54,10 +55,6 @@ export function isFromKey(rangeEnd: Uint8Array): boolean {
 /** The upper bound for LMDB (exclusive), or undefined for "to the end". */
 function upperBound(rangeEnd: Uint8Array): Buffer | undefined {
   return isFromKey(rangeEnd) ? undefined : Buffer.from(rangeEnd.buffer, rangeEnd.byteOffset, rangeEnd.length);
-}
-
-function asBuffer(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
 }
 
 /** Checks the requested revision as etcd does; returns the revision to read at. */

@@ -121,7 +121,8 @@ export function rangeResponseRecycler(body: Buffer): (() => void) | undefined {
  * rangeResponse()'s. One encoder is in use at a time (a gateway reads synchronously). A small
  * response is copied out and the scratch kept; a large one is handed out in the scratch itself, which comes back for a later Range
  * through recycleRangeResponse(): no copy, and no fresh large Buffer per Range, whose
- * external memory drove the gateway's major GCs under 1,000-key Ranges (docs/benchmarks.md).
+ * external memory drove the gateway's major GCs under 1,000-key Ranges
+ * (docs/perf/range.md#large-range-responses-without-a-copy-2026-11-28-night).
  */
 export class RangeEncoder {
   private static scratch: Buffer = Buffer.allocUnsafe(64 * 1024);

@@ -24,7 +24,7 @@
 import path from 'node:path';
 import fs from 'node:fs';
 import { open, type RootDatabase, type Database } from 'lmdb';
-import { openKeyScan, type KeyScan } from './keyindex.js';
+import { openKeyScan, type KeyScan } from './key-scan.js';
 import { COMPRESS_ABOVE, HISTORY_DICTIONARY } from './dictionary.js';
 
 export interface MvccDb {

@@ -135,12 +135,13 @@ async function fsyncDir(dir: string): Promise<void> {
 // calls. Its dozen small steps (mkdir, open, write, fsync, stat, close, rename, the
 // directory's open, fsync and close) each cost a thread-pool round trip and a wake-up of the
 // event loop when asynchronous: in a node with --wal-sync-upload that was half of the
-// archiver's CPU and of the upload's time per write (docs/benchmarks.md, "The local store's
-// put"). A large one (a checkpoint's 1 MiB pieces, a WAL tail) writes and fsyncs
-// asynchronously: its fsyncs can take hundreds of ms on a busy disk, and the WAL uploads
-// behind it must not wait that long for the event loop. Without the option (the peer agent,
-// whose loop carries a cluster's heartbeats and ACKs while it renews the leader lock) every
-// put is asynchronous, so no fsync of the store ever holds that loop.
+// archiver's CPU and of the upload's time per write
+// (docs/perf/object-store.md#the-local-stores-put-2026-11-29). A large one (a checkpoint's
+// 1 MiB pieces, a WAL tail) writes and fsyncs asynchronously: its fsyncs can take hundreds of
+// ms on a busy disk, and the WAL uploads behind it must not wait that long for the event
+// loop. Without the option (the peer agent, whose loop carries a cluster's heartbeats and ACKs
+// while it renews the leader lock) every put is asynchronous, so no fsync of the store ever
+// holds that loop.
 const SYNC_PUT_MAX = 256 * 1024;
 
 /** fsyncDir, synchronously. */

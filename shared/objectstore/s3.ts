@@ -1,6 +1,6 @@
 // The object store on S3 or an S3-compatible service (@aws-sdk/client-s3).
 //
-// Compatibility choices (measured on Ceph RGW 16, see docs/architecture.md):
+// Compatibility choices (measured on Ceph RGW 16, see docs/architecture.md#object-store-sharedobjectstore):
 // - path-style addressing for every endpoint but AWS's own (`localhost` would otherwise
 //   resolve as `bucket.localhost`);
 // - checksums only WHEN_REQUIRED: the SDK's default turns stream bodies into aws-chunked

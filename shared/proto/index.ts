@@ -1,6 +1,6 @@
 // Loads the .proto files once per process and builds grpc-js service definitions whose
 // (de)serializers are protobufjs's generated code: several times cheaper than proto-loader's
-// object conversion (docs/architecture.md). A handler may answer with a ready Buffer, which is
+// object conversion (docs/architecture.md#protobuf). A handler may answer with a ready Buffer, which is
 // sent as is: the storage process encodes etcd responses once and the gateway forwards them.
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -3,7 +3,8 @@
 // Maintenance follows etcd's later releases: Status and listing alarms need a user, the rest
 // (Defragment, Hash, HashKV, MoveLeader, Snapshot, alarm changes) the root role.
 //
-// Lock and Election run etcd's recipes in the gateway (docs/architecture.md). etcd 3.4 runs them
+// Lock and Election run etcd's recipes in the gateway
+// (docs/architecture.md#lock-and-election-servicesgatewayconcurrency). etcd 3.4 runs them
 // on an embedded client that carries the caller's token (v3lock, v3election), so every Txn,
 // DeleteRange, Range and watch a recipe makes is checked on its own, as if the caller had sent
 // it, when it is made: a write-only user may Unlock (a delete) but not Lock (a Txn comparing
@@ -14,12 +15,14 @@
 // etcd's later releases). A request etcd's validation refuses (an empty key) is left to
 // storage, which answers it as etcd does, before the token is even looked at.
 import type { ServerCall } from '../../../shared/grpc/http2-server.js';
-import type { AuthGate, CallLike, Caller } from './gate.js';
+import type { AuthGate, Caller } from './gate.js';
+import type { CallLike } from './credentials.js';
 import type { OpGuard } from '../concurrency/backend.js';
 import { decode } from '../../../shared/proto/index.js';
 import { Errors } from '../../../shared/errors.js';
 import { checkDeleteRange, checkTxn } from '../../../shared/auth/requests.js';
-import { checkIntervals, checkTxnRequest, type DeleteRangeRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
+import { checkIntervals, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
+import type { DeleteRangeRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
 
 type Check = (caller: Caller, call: ServerCall<any, any>) => void;
 

@@ -13,23 +13,7 @@ import type { Checks } from '../../../shared/auth/requests.js';
 import { leaseKeys } from '../../../shared/mvcc/leases.js';
 import { bigint as toBigint } from '../../../shared/proto/index.js';
 import type { JwtTokens } from './jwt.js';
-
-/** The part of a server call the gate reads. */
-export interface CallLike {
-  metadata: { get(key: string): unknown[] };
-}
-
-/**
- * Mutual TLS (--client-tls-ca): etcd authorises a request that carries no token as the user
- * named by the client certificate's Common Name (AuthInfoFromTLS). The transport
- * (shared/grpc/http2-server.ts) puts the verified peer certificate's CN on the server call as
- * `peerCommonName`; undefined without a verified client certificate.
- * integration/auth-tls.test.ts checks it against etcd.
- */
-export function peerCommonName(call: CallLike): string | undefined {
-  const cn = (call as { peerCommonName?: string | (() => string | undefined) }).peerCommonName;
-  return typeof cn === 'function' ? cn.call(call) : cn;
-}
+import { peerCommonName, presentedToken, type CallLike } from './credentials.js';
 
 interface Compiled {
   exists: boolean;
@@ -95,7 +79,7 @@ export class AuthGate {
    * on (enabling it moves the revision), and the retry reads afresh (`freshMeta`). Not reading
    * the database here spares the gateway a timer: each renewal of lmdb-js's read snapshot is
    * released by a setTimeout(0), which wakes a gateway that is waiting on storage once more per
-   * write (docs/benchmarks.md, "lmdb-js's read-snapshot timer"). With auth on, every write reads.
+   * write (docs/perf/wake-ups.md, "lmdb-js's read-snapshot timer"). With auth on, every write reads.
    */
   writeMeta(): AuthMeta {
     return this.offAt === undefined ? this.freshMeta() : { enabled: false, revision: this.offAt };
@@ -154,17 +138,6 @@ export class AuthGate {
     }
     return c;
   }
-}
-
-/** The token a call carries (etcd: the `token` metadata, else `authorization`). */
-export function presentedToken(call: CallLike): string | undefined {
-  return firstString(call.metadata.get('token')) ?? firstString(call.metadata.get('authorization'));
-}
-
-function firstString(v: unknown[] | undefined): string | undefined {
-  const x = v?.[0];
-  if (x === undefined) return undefined;
-  return typeof x === 'string' ? x : Buffer.from(x as Uint8Array).toString();
 }
 
 const NONE = new Uint8Array(0);

@@ -7,9 +7,10 @@ import { decode } from '../../../shared/proto/index.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../../shared/errors.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { checkDeleteRange, checkPut, checkTxn } from '../../../shared/auth/requests.js';
-import { checkIntervals, checkPutRequest, checkTxnRequest, type DeleteRangeRequest, type PutRequest, type TxnRequest } from '../../storage/mvcc/execute.js';
+import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
+import type { DeleteRangeRequest, PutRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
-import { toServiceError } from '../kv.js';
+import { toServiceError } from '../service-error.js';
 import type { AuthGate, Caller } from './gate.js';
 import type { GatewaySpans } from '../spans.js';
 

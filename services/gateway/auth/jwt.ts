@@ -15,7 +15,7 @@ import { status } from '@grpc/grpc-js';
 import { EtcdError } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';
 import { loadJwtKeys, parseAuthToken, type JwtKeys } from '../../../shared/auth/token-options.js';
-import { presentedToken, type CallLike } from './gate.js';
+import { presentedToken, type CallLike } from './credentials.js';
 
 /** etcd's error when a verify-only node (pub-key alone) is asked to log someone in. */
 export const verifyOnlyError = new EtcdError(status.UNKNOWN, 'auth: token signing attempted with verify-only key');

@@ -11,7 +11,7 @@
 import { encode } from '../../../shared/proto/index.js';
 import type { Logger } from '../../../shared/log.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
-import { Op } from '../../storage/engine.js';
+import { Op } from '../../../shared/storage/ops.js';
 
 export class TokenRenewer {
   private pending = new Map<string, Buffer>();

@@ -7,7 +7,7 @@ import { decode } from '../../../shared/proto/index.js';
 import { EtcdError } from '../../../shared/errors.js';
 import { allLeases } from '../../../shared/mvcc/leases.js';
 import { bigint } from '../../../shared/proto/index.js';
-import { toServiceError } from '../kv.js';
+import { toServiceError } from '../service-error.js';
 import type { AuthGate, Caller } from './gate.js';
 
 type Check = (caller: Caller, call: ServerCall<any, any>) => void;

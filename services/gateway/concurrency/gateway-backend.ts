@@ -9,7 +9,7 @@ import type { Header } from '../../../shared/mvcc/responses.js';
 import { range, SortOrder, SortTarget } from '../../../shared/mvcc/range.js';
 import type { WriteLink } from '../../../shared/grpc/batch-link.js';
 import type { NodeInfo } from '../node-info.js';
-import { Op } from '../../storage/engine.js';
+import { Op } from '../../../shared/storage/ops.js';
 import { EtcdError } from '../../../shared/errors.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import type { Backend, KeyValueMessage, OpGuard, RangeRequest, TxnRequest, WatchStream } from './backend.js';

@@ -1,5 +1,5 @@
 // The JSON scanner at the nesting Go allows. Found by the port fuzzer's HTTP target
-// (docs/reliability.md, Port fuzzing): a body nested some 4,000 levels deep overflowed the
+// (docs/reliability.md#port-fuzzing): a body nested some 4,000 levels deep overflowed the
 // recursive scanner's stack, the RangeError escaped the request's 'end' handler, and the
 // gateway exited.
 import { test } from 'node:test';

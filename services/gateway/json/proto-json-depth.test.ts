@@ -1,5 +1,5 @@
 // Requests nested deeper than protobufjs encodes. Found by the port fuzzer's HTTP target
-// (docs/reliability.md, Port fuzzing): a Txn nested in Txns more than 50 times made protobufjs's
+// (docs/reliability.md#port-fuzzing): a Txn nested in Txns more than 50 times made protobufjs's
 // encoder throw "max depth exceeded" inside readRequest, which is not a JsonRequestError, so it
 // escaped the request's 'end' handler and the gateway exited. Then the fuzz test's regression
 // check found the next level: a request exactly as deep as protobufjs allows (100) was served,

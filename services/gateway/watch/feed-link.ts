@@ -5,7 +5,7 @@
 // While nothing here needs the messages (no watcher, nothing waiting for a revision or an
 // applied index) for QUIET_AFTER_MS, the link asks storage for quiet: a follower's gateway
 // then sleeps through the writes its node applies instead of waking for each batch (one of
-// a cluster put's process wake-ups, docs/benchmarks.md). The first watcher or wait asks for
+// a cluster put's process wake-ups, docs/perf/wake-ups.md). The first watcher or wait asks for
 // messages again; storage answers with where the store is, and the hub fills what it missed
 // from LMDB history, as after a reconnect.
 import * as grpc from '@grpc/grpc-js';

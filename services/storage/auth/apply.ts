@@ -2,6 +2,7 @@
 // write path and WAL replay both come here, so a replayed entry lands as it did the first time.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { AUTH_META_KEY, authMeta, authTables, decodeRole, decodeUser, encodeToken } from '../../../shared/auth/tables.js';
+import { asBuffer as buf } from '../../../shared/bytes.js';
 
 export interface AuthTokenRecord {
   digest: Uint8Array;
@@ -30,8 +31,6 @@ export const DISABLE = 2;
 export function emptyChange(): AuthChange {
   return { putUsers: [], deleteUsers: [], putRoles: [], deleteRoles: [], enabled: 0, authRevision: 0, putTokens: [], deleteTokens: [], deleteAllTokens: false };
 }
-
-const buf = (b: Uint8Array) => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length));
 
 /** Inside the caller's write transaction. */
 export function applyAuthChange(db: MvccDb, c: AuthChange): void {

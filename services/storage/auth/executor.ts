@@ -18,13 +18,8 @@ import {
 import { isValidPermissionRange } from '../../../shared/auth/perms.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
 import type { WalEntry } from '../mvcc/apply.js';
+import { Op, isAuthOp } from '../../../shared/storage/ops.js';
 import { applyAuthChange, emptyChange, ENABLE, DISABLE, type AuthChange } from './apply.js';
-
-export const AuthOp = {
-  ENABLE: 10, DISABLE: 11, AUTHENTICATE: 12, USER_ADD: 13, USER_DELETE: 14, USER_CHANGE_PASSWORD: 15,
-  USER_GRANT_ROLE: 16, USER_REVOKE_ROLE: 17, ROLE_ADD: 18, ROLE_DELETE: 19, ROLE_GRANT_PERMISSION: 20,
-  ROLE_REVOKE_PERMISSION: 21, TOKEN_REFRESH: 22,
-} as const;
 
 const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
 /** Expired tokens removed per Authenticate, so that the table never grows with dead tokens. */
@@ -54,25 +49,25 @@ export class AuthExecutor {
   }
 
   static handles(op: number): boolean {
-    return op >= AuthOp.ENABLE && op <= AuthOp.TOKEN_REFRESH;
+    return isAuthOp(op);
   }
 
   /** `walIndex`: the WAL index this request's entry will get (simple tokens name it, as etcd's name the raft index). */
   execute(op: number, request: <T>(typeName: string) => T, walIndex: number): Result {
     switch (op) {
-      case AuthOp.ENABLE: return this.enable();
-      case AuthOp.DISABLE: return this.disable();
-      case AuthOp.AUTHENTICATE: return this.authenticate(request('etcdserverpb.AuthenticateRequest'), walIndex);
-      case AuthOp.USER_ADD: return this.userAdd(request('etcdserverpb.AuthUserAddRequest'));
-      case AuthOp.USER_DELETE: return this.userDelete(request('etcdserverpb.AuthUserDeleteRequest'));
-      case AuthOp.USER_CHANGE_PASSWORD: return this.userChangePassword(request('etcdserverpb.AuthUserChangePasswordRequest'));
-      case AuthOp.USER_GRANT_ROLE: return this.userGrantRole(request('etcdserverpb.AuthUserGrantRoleRequest'));
-      case AuthOp.USER_REVOKE_ROLE: return this.userRevokeRole(request('etcdserverpb.AuthUserRevokeRoleRequest'));
-      case AuthOp.ROLE_ADD: return this.roleAdd(request('etcdserverpb.AuthRoleAddRequest'));
-      case AuthOp.ROLE_DELETE: return this.roleDelete(request('etcdserverpb.AuthRoleDeleteRequest'));
-      case AuthOp.ROLE_GRANT_PERMISSION: return this.roleGrantPermission(request('etcdserverpb.AuthRoleGrantPermissionRequest'));
-      case AuthOp.ROLE_REVOKE_PERMISSION: return this.roleRevokePermission(request('etcdserverpb.AuthRoleRevokePermissionRequest'));
-      case AuthOp.TOKEN_REFRESH: return this.tokenRefresh(request('kvs.storage.AuthTokenRefresh'));
+      case Op.AUTH_ENABLE: return this.enable();
+      case Op.AUTH_DISABLE: return this.disable();
+      case Op.AUTHENTICATE: return this.authenticate(request('etcdserverpb.AuthenticateRequest'), walIndex);
+      case Op.AUTH_USER_ADD: return this.userAdd(request('etcdserverpb.AuthUserAddRequest'));
+      case Op.AUTH_USER_DELETE: return this.userDelete(request('etcdserverpb.AuthUserDeleteRequest'));
+      case Op.AUTH_USER_CHANGE_PASSWORD: return this.userChangePassword(request('etcdserverpb.AuthUserChangePasswordRequest'));
+      case Op.AUTH_USER_GRANT_ROLE: return this.userGrantRole(request('etcdserverpb.AuthUserGrantRoleRequest'));
+      case Op.AUTH_USER_REVOKE_ROLE: return this.userRevokeRole(request('etcdserverpb.AuthUserRevokeRoleRequest'));
+      case Op.AUTH_ROLE_ADD: return this.roleAdd(request('etcdserverpb.AuthRoleAddRequest'));
+      case Op.AUTH_ROLE_DELETE: return this.roleDelete(request('etcdserverpb.AuthRoleDeleteRequest'));
+      case Op.AUTH_ROLE_GRANT_PERMISSION: return this.roleGrantPermission(request('etcdserverpb.AuthRoleGrantPermissionRequest'));
+      case Op.AUTH_ROLE_REVOKE_PERMISSION: return this.roleRevokePermission(request('etcdserverpb.AuthRoleRevokePermissionRequest'));
+      case Op.AUTH_TOKEN_REFRESH: return this.tokenRefresh(request('kvs.storage.AuthTokenRefresh'));
       default: throw new EtcdError(status.INVALID_ARGUMENT, `kvs: unknown auth operation ${op}`);
     }
   }

@@ -5,7 +5,7 @@ import type { Logger } from '../../../shared/log.js';
 import { authMeta, getUser, hasRootRole, ROOT_USER } from '../../../shared/auth/tables.js';
 import { encode } from '../../../shared/proto/index.js';
 import type { Engine } from '../engine.js';
-import { AuthOp } from './executor.js';
+import { Op } from '../../../shared/storage/ops.js';
 
 export async function applyAuthFlag(engine: Engine, authEnabled: boolean, log: Logger): Promise<void> {
   const meta = authMeta(engine.db);
@@ -22,10 +22,10 @@ export async function applyAuthFlag(engine: Engine, authEnabled: boolean, log: L
       );
       return;
     }
-    await submit(AuthOp.ENABLE, 'etcdserverpb.AuthEnableRequest');
+    await submit(Op.AUTH_ENABLE, 'etcdserverpb.AuthEnableRequest');
     log.info('auth enabled (--auth-enabled)');
   } else if (!authEnabled && meta.enabled) {
-    await submit(AuthOp.DISABLE, 'etcdserverpb.AuthDisableRequest');
+    await submit(Op.AUTH_DISABLE, 'etcdserverpb.AuthDisableRequest');
     log.warn(
       'auth was enabled on this data, and kvs was started without --auth-enabled: auth is now DISABLED and every client can read and write everything. ' +
         'Users and roles are kept: start with --auth-enabled (or run etcdctl auth enable) to enforce them again',

@@ -12,14 +12,12 @@ import type { Executor } from '../mvcc/execute.js';
 import type { WalEntry } from '../mvcc/apply.js';
 import { applyGrant, applyRevoke } from './apply.js';
 import { ExpiryQueue } from './expiry.js';
+import { Op } from '../../../shared/storage/ops.js';
 
 type Int64 = number | Long;
 export interface LeaseGrantRequest { TTL: Int64; ID: Int64 }
 export interface LeaseIdRequest { ID: Int64 }
 export interface LeaseTimeToLiveRequest { ID: Int64; keys: boolean }
-
-/** The storage Op values of lease calls (proto/kvs/storage.proto). */
-export const LeaseOp = { GRANT: 5, REVOKE: 6, KEEPALIVE: 7, TIME_TO_LIVE: 8, LEASES: 9 } as const;
 
 /** Queues a write on the engine (for revocations on expiry). */
 export type Submit = (op: number, body: Uint8Array, done: (r: { code: number; message: string }) => void) => void;
@@ -132,11 +130,11 @@ export class Lessor {
     const request = <T>(typeName: string): T => decodeRequest((b) => decode<T>(typeName, b), body);
     try {
       switch (op) {
-        case LeaseOp.KEEPALIVE:
+        case Op.LEASE_KEEPALIVE:
           return this.keepAlive(request('etcdserverpb.LeaseKeepAliveRequest'), answer);
-        case LeaseOp.TIME_TO_LIVE:
+        case Op.LEASE_TIME_TO_LIVE:
           return answer({ body: this.timeToLive(request('etcdserverpb.LeaseTimeToLiveRequest')), code: 0, message: '' });
-        case LeaseOp.LEASES:
+        case Op.LEASE_LEASES:
           request('etcdserverpb.LeaseLeasesRequest'); // an empty message, but it must decode
           return answer({ body: this.leases(), code: 0, message: '' });
         default:
@@ -238,7 +236,7 @@ export class Lessor {
   private expire(id: bigint, l: Live): void {
     l.revoking = true;
     this.deadlines.delete(id);
-    this.submit(LeaseOp.REVOKE, encode('etcdserverpb.LeaseRevokeRequest', { ID: int64(id) }), () => {
+    this.submit(Op.LEASE_REVOKE, encode('etcdserverpb.LeaseRevokeRequest', { ID: int64(id) }), () => {
       l.revoking = false;
       // Revoked (by this or by a client's revoke before it), or the write failed: then the
       // lease stays and is tried again later, as etcd does. Either way it is not renewable:

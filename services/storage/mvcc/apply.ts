@@ -8,6 +8,7 @@ import { liveRecord } from '../../../shared/mvcc/keyindex.js';
 import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
 import { markCompaction } from './compaction.js';
 import { applyAuthChange, type AuthChange } from '../auth/apply.js';
+import { asBuffer } from '../../../shared/bytes.js';
 
 export const MUTATION_PUT = 0;
 export const MUTATION_DELETE = 1;
@@ -28,10 +29,6 @@ export interface WalEntry extends LeaseChanges {
 }
 
 const EMPTY_VALUE = Buffer.alloc(0);
-
-function asBuffer(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
 
 /** History only grows at the end (revisions only increase): MDB_APPEND fills its pages completely. */
 const APPEND = { append: true };

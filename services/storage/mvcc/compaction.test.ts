@@ -8,8 +8,9 @@ import { liveCount } from '../../../shared/mvcc/keyindex.js';
 import { range, type RangeParams } from '../../../shared/mvcc/range.js';
 import { readHistory, compactionPending } from '../../../shared/mvcc/history.js';
 import { hashAll, hashKV } from '../../../shared/mvcc/hash.js';
-import { prng } from '../../../integration/differential.js';
-import { Executor, type PutRequest } from './execute.js';
+import { prng } from '../../../testkit/prng.js';
+import { Executor } from './execute.js';
+import type { PutRequest } from '../../../shared/mvcc/requests.js';
 import { compactStep, finishCompaction } from './compaction.js';
 import { dump } from './dump.js';
 

@@ -5,7 +5,7 @@ import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
 import { decodeKeyValue, encodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
 import { liveCount, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { mainOf, refIsPut, refMain, refRevKey, revKey } from '../../../shared/mvcc/revision.js';
-import { prng } from '../../../integration/differential.js';
+import { prng } from '../../../testkit/prng.js';
 import { range, type RangeParams } from '../../../shared/mvcc/range.js';
 import { decode, num } from '../../../shared/proto/index.js';
 import { Executor } from './execute.js';

@@ -3,120 +3,24 @@
 // and the WAL entry that records the physical effect.
 import type protobuf from 'protobufjs';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
-import { META, MAX_KEY_BYTES } from '../../../shared/mvcc/schema.js';
+import { META } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, type KeyValue } from '../../../shared/mvcc/keyvalue.js';
 import { range, liveInRange, type Revisions, type RangeParams } from '../../../shared/mvcc/range.js';
 import * as R from '../../../shared/mvcc/responses.js';
-import { Errors, MAX_TXN_OPS } from '../../../shared/errors.js';
+import { Errors } from '../../../shared/errors.js';
 import { num, bigint } from '../../../shared/proto/index.js';
 import { leaseExists } from '../../../shared/mvcc/leases.js';
 import { isLive, liveVersion } from '../../../shared/mvcc/keyindex.js';
+import { rangeParams, type CompactionRequest, type Compare, type DeleteRangeRequest, type Int64, type PutRequest, type RangeRequest, type RequestOp, type TxnRequest } from '../../../shared/mvcc/requests.js';
+import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
 import { markCompaction } from './compaction.js';
 import { applyPut, applyDelete, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
-
-/* Decoded etcdserverpb messages (protobufjs: camelCase fields, int64 as Long). */
-type Int64 = number | protobuf.Long;
-export interface PutRequest { key: Uint8Array; value: Uint8Array; lease: Int64; prevKv: boolean; ignoreValue: boolean; ignoreLease: boolean }
-export interface DeleteRangeRequest { key: Uint8Array; rangeEnd: Uint8Array; prevKv: boolean }
-export interface RangeRequest {
-  key: Uint8Array; rangeEnd: Uint8Array; limit: Int64; revision: Int64; sortOrder: number; sortTarget: number;
-  serializable: boolean; keysOnly: boolean; countOnly: boolean;
-  minModRevision: Int64; maxModRevision: Int64; minCreateRevision: Int64; maxCreateRevision: Int64;
-}
-export interface Compare {
-  result: number; target: number; key: Uint8Array; rangeEnd: Uint8Array; targetUnion?: string;
-  version: Int64; createRevision: Int64; modRevision: Int64; value: Uint8Array; lease: Int64;
-}
-export interface RequestOp { request?: string; requestRange?: RangeRequest; requestPut?: PutRequest; requestDeleteRange?: DeleteRangeRequest; requestTxn?: TxnRequest }
-export interface TxnRequest { compare: Compare[]; success: RequestOp[]; failure: RequestOp[] }
-export interface CompactionRequest { revision: Int64; physical: boolean }
+import { asBuffer as buf } from '../../../shared/bytes.js';
 
 export interface Identity {
   clusterId: string;
   memberId: string;
   raftTerm: number;
-}
-
-export function rangeParams(r: RangeRequest): RangeParams {
-  return {
-    key: r.key, rangeEnd: r.rangeEnd, limit: num(r.limit), revision: num(r.revision),
-    sortOrder: r.sortOrder, sortTarget: r.sortTarget, keysOnly: r.keysOnly, countOnly: r.countOnly,
-    minModRevision: num(r.minModRevision), maxModRevision: num(r.maxModRevision),
-    minCreateRevision: num(r.minCreateRevision), maxCreateRevision: num(r.maxCreateRevision),
-  };
-}
-
-function buf(b: Uint8Array): Buffer {
-  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
-}
-
-// ---- request validation (v3rpc/key.go) -------------------------------------------------
-
-function checkKey(key: Uint8Array): void {
-  if (key.length === 0) throw Errors.emptyKey;
-  if (key.length > MAX_KEY_BYTES) throw Errors.keyTooLong(MAX_KEY_BYTES);
-}
-
-export function checkPutRequest(r: PutRequest): void {
-  checkKey(r.key);
-  if (r.ignoreValue && r.value.length !== 0) throw Errors.valueProvided;
-  if (r.ignoreLease && bigint(r.lease) !== 0n) throw Errors.leaseProvided;
-}
-
-function checkRequestOp(op: RequestOp, maxOps: number): void {
-  if (op.requestRange) { if (op.requestRange.key.length === 0) throw Errors.emptyKey; return; }
-  if (op.requestPut) return checkPutRequest(op.requestPut);
-  if (op.requestDeleteRange) { if (op.requestDeleteRange.key.length === 0) throw Errors.emptyKey; return; }
-  if (op.requestTxn) return checkTxnRequest(op.requestTxn, maxOps);
-  throw Errors.keyNotFound; // an empty RequestOp
-}
-
-export function checkTxnRequest(r: TxnRequest, maxOps = MAX_TXN_OPS): void {
-  const opc = Math.max(r.compare.length, r.success.length, r.failure.length);
-  if (opc > maxOps) throw Errors.tooManyOps;
-  for (const c of r.compare) if (c.key.length === 0) throw Errors.emptyKey;
-  for (const op of r.success) checkRequestOp(op, maxOps - opc);
-  for (const op of r.failure) checkRequestOp(op, maxOps - opc);
-}
-
-/** [begin, end) byte intervals; a point k is [k, k+"\0"). */
-type Interval = [Buffer, Buffer];
-const intersectsPoint = (dels: Interval[], k: Buffer) => dels.some(([b, e]) => Buffer.compare(b, k) <= 0 && Buffer.compare(k, e) < 0);
-
-/** etcd's checkIntervals: no key may be put twice, or put and deleted, in one txn path. */
-export function checkIntervals(ops: RequestOp[]): { puts: Set<string>; dels: Interval[] } {
-  const dels: Interval[] = [];
-  for (const op of ops) {
-    const d = op.requestDeleteRange;
-    if (!d) continue;
-    const key = buf(d.key);
-    dels.push([key, d.rangeEnd.length ? buf(d.rangeEnd) : Buffer.concat([key, Buffer.from([0])])]);
-  }
-  const puts = new Set<string>();
-  for (const op of ops) {
-    const t = op.requestTxn;
-    if (!t) continue;
-    const then = checkIntervals(t.success);
-    const other = checkIntervals(t.failure);
-    for (const k of then.puts) {
-      if (puts.has(k) || intersectsPoint(dels, Buffer.from(k, 'latin1'))) throw Errors.duplicateKey;
-      puts.add(k);
-    }
-    for (const k of other.puts) {
-      if (puts.has(k) && !then.puts.has(k)) throw Errors.duplicateKey;
-      if (intersectsPoint(dels, Buffer.from(k, 'latin1'))) throw Errors.duplicateKey;
-      puts.add(k);
-    }
-    dels.push(...then.dels, ...other.dels);
-  }
-  for (const op of ops) {
-    const p = op.requestPut;
-    if (!p) continue;
-    const k = buf(p.key).toString('latin1');
-    if (puts.has(k) || intersectsPoint(dels, buf(p.key))) throw Errors.duplicateKey;
-    puts.add(k);
-  }
-  return { puts, dels };
 }
 
 // ---- the executor ------------------------------------------------------------------------

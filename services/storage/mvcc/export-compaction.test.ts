@@ -9,8 +9,9 @@ import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { writeBoltFile } from '../../../shared/bbolt/write.js';
 import { etcdBuckets, type ExportSummary } from '../../../shared/etcd-snapshot/write.js';
-import { prng } from '../../../integration/differential.js';
-import { Executor, type PutRequest } from './execute.js';
+import { prng } from '../../../testkit/prng.js';
+import { Executor } from './execute.js';
+import type { PutRequest } from '../../../shared/mvcc/requests.js';
 import { compactStep, finishCompaction } from './compaction.js';
 
 const id = { clusterId: '1', memberId: '2', raftTerm: 1 };

@@ -4,7 +4,7 @@
 // the data's access rules do not apply (keys carry data too: names, tenants, ids).
 import type { Logger } from '../../../shared/log.js';
 import { decode, num, bigint, type Long } from '../../../shared/proto/index.js';
-import type { WalRecord } from './frame.js';
+import type { WalRecord } from '../../../shared/wal/frame.js';
 
 type Int64 = number | Long;
 interface Entry {

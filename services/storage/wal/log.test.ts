@@ -4,8 +4,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Wal, type SealedSegment, type WalOptions, type WalRecord } from './log.js';
-import { FRAME_HEADER_BYTES } from './frame.js';
-import { PREALLOCATE_BYTES } from './segment.js';
+import { FRAME_HEADER_BYTES } from '../../../shared/wal/frame.js';
+import { PREALLOCATE_BYTES } from './segment-writer.js';
 
 function tmpDir(t: TestContext): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-wal-'));

@@ -12,11 +12,13 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { encodeFrames, MAX_INDEX, type WalRecord } from './frame.js';
-import { SegmentWriter, fsyncDir, listSegments, readSegment } from './segment.js';
+import { encodeFrames, MAX_INDEX, type WalRecord } from '../../../shared/wal/frame.js';
+import { DEFAULT_MAX_SEGMENT_BYTES, listSegments, readSegment } from '../../../shared/wal/segment.js';
+import { fsyncDir } from '../../../shared/fsync.js';
+import { SegmentWriter } from './segment-writer.js';
 import { walFsyncDuration } from '../../../shared/metrics.js';
 
-export type { WalRecord } from './frame.js';
+export type { WalRecord } from '../../../shared/wal/frame.js';
 
 export type SealedSegment = { path: string; name: string; firstIndex: bigint; lastIndex: bigint; bytes: number };
 
@@ -42,7 +44,6 @@ export interface WalOptions {
   onAppend?: (records: readonly WalRecord[]) => void;
 }
 
-export const DEFAULT_MAX_SEGMENT_BYTES = 50 * 1000 * 1000;
 export const DEFAULT_MAX_SEGMENT_AGE_MS = 10_000;
 
 interface Active {

@@ -1,5 +1,6 @@
 // kvsbench: the benchmark's load generator on etcd's own Go client (clientv3 of etcd 3.4,
-// `--client go`; see docs/benchmarks.md). It does what bench/worker.ts does, in Go: the main
+// `--client go`; see docs/benchmarks.md#etcds-go-client-as-the-load-generator). It does what
+// bench/worker.ts does, in Go: the main
 // process (bench/go-client.ts) starts it, writes one JSON request per line on its stdin and
 // reads one JSON reply per line from its stdout; it exits when its stdin closes.
 //
@@ -46,7 +47,7 @@ const (
 	putArea    = "put"
 	// bench/workloads/range.ts
 	rangeKeys = 1000
-	// bench/kv-client.ts: each request's deadline.
+	// testkit/kv-client.ts: each request's deadline.
 	requestTimeout = 30 * time.Second
 	connectTimeout = 10 * time.Second
 )

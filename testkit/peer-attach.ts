@@ -5,11 +5,11 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TestContext } from 'node:test';
 import type { MethodDefinition } from '@grpc/grpc-js';
-import { service } from '../../shared/proto/index.js';
-import { GrpcServer, type ServerCall } from '../../shared/grpc/http2-server.js';
-import { UnixH2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
-import { bindUnix } from '../../shared/grpc/server.js';
-import type { StorageSide } from './storage-side.js';
+import { service } from '../shared/proto/index.js';
+import { GrpcServer, type ServerCall } from '../shared/grpc/http2-server.js';
+import { UnixH2Channel, type H2Stream } from '../shared/grpc/h2-stream.js';
+import { bindUnix } from '../shared/grpc/server.js';
+import type { StorageSide } from '../services/peer/storage-side.js';
 
 /** What the agent sends storage, as far as these tests read it. */
 export interface AgentMessage {

@@ -1,10 +1,10 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { tempMvccDb } from './temp-db.js';
-import { walkRange } from './range.js';
-import { decodeKeyValue } from './keyvalue.js';
-import { Executor } from '../../services/storage/mvcc/execute.js';
-import { prng } from '../../integration/differential.js';
+import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
+import { walkRange } from '../../../shared/mvcc/range.js';
+import { decodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
+import { Executor } from './execute.js';
+import { prng } from '../../../testkit/prng.js';
 
 /** A fresh MVCC database in a temporary directory (removed after the test) and its executor. */
 function openStore(t: TestContext) {

@@ -6,7 +6,7 @@ import { Etcd3 } from 'etcd3';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LEADER_LOCK } from '../shared/objectstore/layout.js';
 import { TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, localObjectStore, pollUntil, reservePort, startKvs, type Ctx, type KvsNode, type ObjectStoreSpec, onCleanup } from './harness.js';
-import { TcpProxy } from '../chaos/proxy.js';
+import { TcpProxy } from './proxy.js';
 
 /** Fast failure detection for tests: a takeover after about 3 x 300 ms + 1.5 s. */
 export const FAST_FAILOVER = ['--follower-retry-interval', '300ms', '--follower-max-retries', '3', '--leader-liveness-ttl', '1500ms'];
@@ -20,7 +20,7 @@ export interface ClusterNode {
   readonly endpoint: string;
   /** A client of this node alone. */
   readonly client: Etcd3;
-  /** With `peerProxies`: the proxy the node advertises as its peer address (chaos/proxy.ts). */
+  /** With `peerProxies`: the proxy the node advertises as its peer address (testkit/proxy.ts). */
   readonly peerProxy?: TcpProxy;
 }
 
@@ -57,7 +57,7 @@ export interface TestCluster {
 export async function startCluster(t: Ctx, count: number, opts: ClusterOptions = {}): Promise<TestCluster> {
   const objectStore = opts.store ? undefined : (opts.objectStore ?? (await localObjectStore(t, 'cluster/')));
   const nodes: ClusterNode[] = [];
-  // Supervisor pid -> node id: how a proxy tells which node dialed (chaos/owner.ts).
+  // Supervisor pid -> node id: how a proxy tells which node dialed (testkit/owner.ts).
   const sources = (): ReadonlyMap<number, string> => new Map(nodes.map((n) => [n.kvs.pid, n.id]));
   const add = async (id: string, args: string[] = []): Promise<ClusterNode> => {
     let peerProxy: TcpProxy | undefined;

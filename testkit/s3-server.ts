@@ -18,7 +18,8 @@ import net from 'node:net';
 import path from 'node:path';
 import { CreateBucketCommand, PutBucketVersioningCommand, S3Client } from '@aws-sdk/client-s3';
 import type { ObjectStoreOptions } from '../shared/objectstore/index.js';
-import { freePorts, runCommand, startProcess, tempDir, type Ctx, type ServerProcess } from './harness.js';
+import { freePorts } from './loopback.js';
+import { runCommand, startProcess, tempDir, type Ctx, type ServerProcess } from './process.js';
 
 export interface S3TestServer {
   /** http://127.0.0.1:PORT */

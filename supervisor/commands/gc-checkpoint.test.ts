@@ -10,9 +10,9 @@ import { GC_RUNNING_PREFIX, parseCheckpointKey, type CheckpointManifest } from '
 import { readLatest, requireCheckpointManifest } from '../../shared/objectstore/catalog.js';
 import { META, openMvcc } from '../../shared/mvcc/schema.js';
 import { createLogger } from '../../shared/log.js';
-import { runGc } from '../../supervisor/commands/gc.js';
-import { tempDir } from '../../integration/harness.js';
-import { takeCheckpoint, knownPieces } from './checkpoint.js';
+import { runGc } from './gc.js';
+import { tempDir } from '../../testkit/harness.js';
+import { takeCheckpoint, knownPieces } from '../../services/archiver/checkpoint.js';
 
 const log = createLogger('test', 'silent');
 const PIECE = 16 * 1024;

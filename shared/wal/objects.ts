@@ -3,12 +3,12 @@
 // ranges may overlap after a mode change or a re-upload, never leave holes.
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ObjectStore } from '../../shared/objectstore/store.js';
-import type { WalSegmentEntry } from '../../shared/objectstore/catalog.js';
-import type { Logger } from '../../shared/log.js';
-import { decodeFrames, encodeFrames, type WalRecord } from '../storage/wal/frame.js';
-import { fsyncDir, listSegments, readSegment, segmentFileName } from '../storage/wal/segment.js';
-import { DEFAULT_MAX_SEGMENT_BYTES } from '../storage/wal/log.js';
+import type { ObjectStore } from '../objectstore/store.js';
+import type { WalSegmentEntry } from '../objectstore/catalog.js';
+import type { Logger } from '../log.js';
+import { decodeFrames, encodeFrames, type WalRecord } from './frame.js';
+import { DEFAULT_MAX_SEGMENT_BYTES, listSegments, readSegment, segmentFileName } from './segment.js';
+import { fsyncDir } from '../fsync.js';
 
 /**
  * One uploaded WAL object (listed by `listWalSegments` in shared/objectstore/catalog.ts): its

@@ -5,12 +5,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { openObjectStore } from '../../shared/objectstore/index.js';
-import type { ObjectStore } from '../../shared/objectstore/store.js';
-import { termStartKey, walKey } from '../../shared/objectstore/layout.js';
-import { encodeFrames, type WalRecord } from '../storage/wal/frame.js';
-import { uploadedRecords } from './wal-objects.js';
-import { listWalSegments, storedPosition } from '../../shared/objectstore/catalog.js';
+import { openObjectStore } from '../objectstore/index.js';
+import type { ObjectStore } from '../objectstore/store.js';
+import { termStartKey, walKey } from '../objectstore/layout.js';
+import { encodeFrames, type WalRecord } from './frame.js';
+import { uploadedRecords } from './objects.js';
+import { listWalSegments, storedPosition } from '../objectstore/catalog.js';
 
 const records = (first: number, last: number): WalRecord[] =>
   Array.from({ length: last - first + 1 }, (_, i) => ({ index: BigInt(first + i), payload: Buffer.from(`entry ${first + i}`) }));

@@ -1,6 +1,6 @@
 // A thin etcd v3 client for the load generator: its own connection per client, requests
 // encoded with protobufjs from shared/proto (method paths from service()), responses left as
-// bytes. Two channels: 'h2' (default, bench/h2-channel.ts, the cheapest per call) and
+// bytes. Two channels: 'h2' (default, h2-channel.ts, the cheapest per call) and
 // 'grpc-js' (the library every kvs process uses; `--client grpc-js` to cross-check).
 // After authenticate(), every request carries the token in the `token` metadata (as etcd's
 // clients send it); without one, nothing about a request changes.

@@ -8,7 +8,7 @@
 // for any component that dials (peer streams, forwarded writes, archiver uploads) without
 // asking the node anything, and needs no privileges: the harness started these processes.
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { processTree } from '../bench/proc.js';
+import { processTree } from './proc.js';
 
 /** inode of the loopback socket 127.0.0.1:localPort → 127.0.0.1:remotePort, from /proc/net/tcp{,6}. */
 function socketInode(localPort: number, remotePort: number): string | undefined {

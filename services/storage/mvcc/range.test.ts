@@ -1,9 +1,9 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { tempMvccDb } from './temp-db.js';
-import { encodedRange, range, readRevisions, type RangeParams } from './range.js';
-import { build, rangeResponse, rangeResponseRecycler, recycleRangeResponse, type Header } from './responses.js';
-import { Executor } from '../../services/storage/mvcc/execute.js';
+import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
+import { encodedRange, range, readRevisions, type RangeParams } from '../../../shared/mvcc/range.js';
+import { build, rangeResponse, rangeResponseRecycler, recycleRangeResponse, type Header } from '../../../shared/mvcc/responses.js';
+import { Executor } from './execute.js';
 
 const b = (s: string) => Buffer.from(s);
 const header = (revision: number): Header => ({ clusterId: '14841639068965178418', memberId: '10276657743932975437', revision, raftTerm: 3 });

@@ -1,0 +1,2 @@
+/** The systems the benchmark compares. */
+export type System = 'kvs' | 'etcd';
