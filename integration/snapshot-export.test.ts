@@ -417,6 +417,10 @@ test('a client that cancels a snapshot mid-stream leaves the node serving and no
   const file = path.join(await tempDir(t, 'kvs-export-'), 'after.db');
   await saveSnapshot(node.endpoint, file);
   assert.equal((await snapshotStatus(file)).revision, 202);
+  // The thread that wrote it writes the next one, from a fresh read snapshot.
+  assert.equal((await etcdctl(node.endpoint, ['put', 'later', 'too'])).stdout, 'OK\n');
+  await saveSnapshot(node.endpoint, file);
+  assert.equal((await snapshotStatus(file)).revision, 203);
 });
 
 // ---- the bbolt writer alone, judged by etcdctl ----------------------------------------------

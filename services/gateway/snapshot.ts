@@ -6,9 +6,10 @@
 // The file is etcd's own format (a bbolt database in etcd 3.4's schema,
 // shared/etcd-snapshot/write.ts), so `etcdctl snapshot status` and `snapshot restore` read it
 // and an etcd started on the restored directory serves kvs's keys, history, leases and users.
-// A worker thread (snapshot-thread.ts) writes it into the data directory's tmp/ from one read
-// transaction (consistent, and the storage process's writes go on), then it is streamed from
-// there, so a slow client holds a file open, not a read transaction.
+// A worker thread (snapshot-thread.ts, kept between calls) writes it into the data
+// directory's tmp/ from one read transaction (consistent, and the storage process's writes go
+// on), then it is streamed from there, so a slow client holds a file open, not a read
+// transaction.
 import { createHash } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
@@ -18,7 +19,7 @@ import * as grpc from '@grpc/grpc-js';
 import { SNAPSHOT_CHUNK_BYTES } from '../../shared/snapshot.js';
 import type { Logger } from '../../shared/log.js';
 import type { ExportSummary } from '../../shared/etcd-snapshot/write.js';
-import type { SnapshotJob, SnapshotReply } from './snapshot-thread.js';
+import type { SnapshotJob, SnapshotReply, SnapshotThreadData } from './snapshot-thread.js';
 
 /** Where copies are made: inside the data directory (same disk as the database). */
 export function snapshotTempDir(dataDir: string): string {
@@ -51,23 +52,68 @@ const THREAD = new URL('./snapshot-thread.js', import.meta.url);
 /** How much of the file is read at once (a multiple of SNAPSHOT_CHUNK_BYTES). */
 const READ_BYTES = 32 * SNAPSHOT_CHUNK_BYTES;
 
-/** Writes the etcd snapshot file of the database in `dataDir` to `file` on a worker thread. */
-function exportSnapshot(job: SnapshotJob, cancelled: { on(fn: () => void): void }): Promise<ExportSummary & { bytes: number }> {
+/**
+ * The snapshot threads of one data directory. A thread that wrote its file waits for the next
+ * call (loading its code and opening the database take a few hundred milliseconds, more than
+ * writing a small snapshot); calls at the same time get threads of their own, of which one is
+ * kept; a cancelled call's thread is stopped (its pass cannot be interrupted otherwise).
+ */
+class SnapshotThreads {
+  private idle: Worker | undefined;
+
+  constructor(private readonly dataDir: string) {}
+
+  take(): Worker {
+    const w = this.idle ?? this.start();
+    this.idle = undefined;
+    return w;
+  }
+
+  /** A thread whose job is done: kept for the next call, or stopped when one is kept already. */
+  give(w: Worker): void {
+    if (this.idle) void w.terminate();
+    else this.idle = w;
+  }
+
+  private start(): Worker {
+    const w = new Worker(THREAD, { workerData: { dataDir: this.dataDir } satisfies SnapshotThreadData });
+    w.unref();
+    const gone = () => {
+      if (this.idle === w) this.idle = undefined;
+    };
+    w.on('error', gone);
+    w.on('exit', gone);
+    return w;
+  }
+}
+
+const threads = new Map<string, SnapshotThreads>();
+
+/** Writes the etcd snapshot file of the database in `dataDir` on a worker thread. */
+function exportSnapshot(dataDir: string, job: SnapshotJob, cancelled: { on(fn: () => void): void }): Promise<ExportSummary & { bytes: number }> {
+  let pool = threads.get(dataDir);
+  if (!pool) threads.set(dataDir, (pool = new SnapshotThreads(dataDir)));
+  const w = pool.take();
   return new Promise((resolve, reject) => {
-    const w = new Worker(THREAD, { workerData: job });
     let settled = false;
-    const settle = (fn: () => void) => {
+    const settle = (fn: () => void, reusable: boolean) => {
       if (settled) return;
       settled = true;
+      w.off('message', onMessage);
+      w.off('error', onError);
+      w.off('exit', onExit);
+      if (reusable) pool!.give(w);
+      else void w.terminate();
       fn();
     };
-    cancelled.on(() => {
-      settle(() => reject(new Error('cancelled')));
-      void w.terminate();
-    });
-    w.once('message', (r: SnapshotReply) => settle(() => ('ok' in r ? resolve(r.ok) : reject(new Error(r.error)))));
-    w.once('error', (err) => settle(() => reject(err)));
-    w.once('exit', (code) => settle(() => reject(new Error(`the snapshot thread exited with code ${code}`))));
+    const onMessage = (r: SnapshotReply) => settle(() => ('ok' in r ? resolve(r.ok) : reject(new Error(r.error))), true);
+    const onError = (err: Error) => settle(() => reject(err), false);
+    const onExit = (code: number) => settle(() => reject(new Error(`the snapshot thread exited with code ${code}`)), false);
+    w.on('message', onMessage);
+    w.on('error', onError);
+    w.on('exit', onExit);
+    cancelled.on(() => settle(() => reject(new Error('cancelled')), false));
+    w.postMessage(job satisfies SnapshotJob);
   });
 }
 
@@ -84,7 +130,7 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
   const file = path.join(dir, 'db');
   const started = Date.now();
   try {
-    const summary = await exportSnapshot({ dataDir, file }, { on: (fn) => onCancel.push(fn) });
+    const summary = await exportSnapshot(dataDir, { file }, { on: (fn) => onCancel.push(fn) });
     if (cancelled) return;
     const total = summary.bytes;
     log.info({ bytes: total, revision: summary.revision, compactRevision: summary.compactRevision, changes: summary.changes, ms: Date.now() - started }, 'sending database snapshot (etcd format)');
