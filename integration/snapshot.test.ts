@@ -116,7 +116,7 @@ test('snapshot restore refuses a damaged file, a foreign file and a used data di
   writeFileSync(foreign, Buffer.alloc(8192, 7));
   r = await kvsCli(['snapshot', 'restore', foreign, '--skip-hash-check', '--data-dir', path.join(dir, 'c')]);
   assert.equal(r.exitCode, 2);
-  assert.match(r.stderr, /is not a kvs snapshot \(not an LMDB database\)/);
+  assert.match(r.stderr, /is not a snapshot kvs reads: neither a kvs snapshot \(an LMDB database\) nor an etcd snapshot \(a bbolt database\)/);
 
   r = await kvsCli(['snapshot', 'restore', file, '--data-dir', source.dataDir]);
   assert.equal(r.exitCode, 2);

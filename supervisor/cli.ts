@@ -176,16 +176,70 @@ prog
 
 prog
   .command('snapshot restore <file>')
-  .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs (checks its sha256)')
+  .describe('Make a new data directory from a snapshot taken with `etcdctl snapshot save` against kvs or etcd 3.4/3.5, or a copied etcd member/snap/db (checks its sha256)')
   .option('--data-dir', 'The data directory to create (env KVS_DATA_DIR, default ./kvs-data); it must not hold a database yet')
-  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb)', false)
+  .option('--skip-hash-check', 'Accept a file without the sha256 trailer (a copied data.mdb or member/snap/db); a trailer is then not checked, as etcd', false)
   .example('snapshot restore backup.db --data-dir ./restored')
   .action(async (file: string, opts: Record<string, unknown>) => {
     try {
       const { restoreSnapshot } = await import('./snapshot-restore.js');
       const dataDir = config(opts).dataDir;
       const r = await restoreSnapshot({ file, dataDir, skipHashCheck: opts['skip-hash-check'] === true });
-      process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+      if (r.format === 'kvs') {
+        process.stdout.write(`restored ${file} into ${dataDir}: revision ${r.revision}, ${r.keys} keys; start it with kvs run --data-dir ${dataDir}\n`);
+      } else {
+        const compacted = r.compactRevision > 0 ? `, compacted at ${r.compactRevision}` : '';
+        process.stdout.write(
+          `restored etcd snapshot ${file} into ${dataDir}: revision ${r.revision}${compacted}, ${r.keys} keys, ${r.leases} leases, ${r.users} users, ${r.roles} roles, auth ${r.authEnabled ? 'enabled' : 'disabled'}\n`,
+        );
+        for (const note of r.notes ?? []) process.stdout.write(`note: ${note}\n`);
+        process.stdout.write(`start it with kvs run --data-dir ${dataDir}${r.authEnabled ? ' --auth-enabled (auth stays enabled only with that flag)' : ''}\n`);
+      }
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+prog
+  .command('migrate')
+  .describe("Copy an etcd cluster into a new data directory and keep following it, every revision kept, until stopped (SIGINT)")
+  .option('--from', 'etcd endpoints, comma-separated (host:port, http:// or https://)')
+  .option('--data-dir', 'The data directory to fill (env KVS_DATA_DIR, default ./kvs-data); a later run on it resumes')
+  .option('--cacert', "CA bundle to verify etcd's TLS certificate")
+  .option('--cert', 'Client certificate for etcd (with --key)')
+  .option('--key', 'Client key for etcd (with --cert)')
+  .option('--user', 'etcd user, name or name:password (root, to read the whole key space)')
+  .option('--password', 'Password of --user')
+  .option('--dial-timeout', 'How long to wait for an endpoint, e.g. 5s', '5s')
+  .example('migrate --from 10.0.0.1:2379,10.0.0.2:2379 --data-dir /var/lib/kvs')
+  .action(async (opts: Record<string, unknown>) => {
+    try {
+      const { migrate } = await import('./commands/migrate.js');
+      const { parseDuration } = await import('../shared/duration.js');
+      const from = typeof opts.from === 'string' ? opts.from : '';
+      if (!from) fail('--from: give the etcd endpoints, e.g. --from 127.0.0.1:2379');
+      const dataDir = config({ 'data-dir': opts['data-dir'] }).dataDir;
+      const ac = new AbortController();
+      const stop = () => ac.abort();
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+      const str = (k: string) => (opts[k] === undefined ? undefined : String(opts[k]));
+      const r = await migrate({
+        endpoints: from.split(',').map((e) => e.trim()).filter(Boolean),
+        cacert: str('cacert'),
+        cert: str('cert'),
+        key: str('key'),
+        user: str('user'),
+        password: str('password'),
+        dialTimeoutMs: parseDuration(String(opts['dial-timeout']), 'dial-timeout'),
+        pollMs: process.env.KVS_MIGRATE_POLL_MS ? Number(process.env.KVS_MIGRATE_POLL_MS) : undefined,
+        dataDir,
+        signal: ac.signal,
+        say: (line) => process.stdout.write(`${line}\n`),
+      });
+      // kvs enforces auth only when started with --auth-enabled (docs/security.md).
+      process.stdout.write(`stopped at revision ${r.revision}; serve it with kvs run --data-dir ${dataDir}${r.authEnabled ? ' --auth-enabled (etcd has auth enabled)' : ''}\n`);
+      process.exit(0);
     } catch (err) {
       fail(err);
     }

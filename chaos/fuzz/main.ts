@@ -1,9 +1,11 @@
-// `npm run fuzz -- --seed N --duration S [--target client|peer|http]`: starts the target (real
-// kvs processes in temp dirs), fuzzes its port, prints one summary line, exits 1 on a failure
+// `npm run fuzz -- --seed N --duration S [--target client|peer|http|snapshot]`: starts the target
+// (real kvs processes in temp dirs), fuzzes its port (or, `snapshot`, feeds damaged etcd snapshot
+// files to the snapshot reader and restore: snapshot-file.ts), prints one summary line, exits 1 on a failure
 // (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
 import sade from 'sade';
 import { fuzz, summaryLine } from './run.js';
 import { CLOSE_DEADLINE_MS, standaloneCtx, startTarget, type TargetKind } from './targets.js';
+import { fuzzSnapshots, snapshotSummaryLine } from './snapshot-file.js';
 
 interface Flags {
   seed?: number;
@@ -21,18 +23,24 @@ sade('fuzz', true)
   .option('--duration', 'seconds to keep sending cases', 30)
   .option('--cases', 'stop after this many cases instead')
   .option('--case', 'replay only these case indices (comma-separated), as a failure printed them')
-  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x) or peer', 'client')
+  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x), peer, or snapshot (etcd snapshot files)', 'client')
   .option('--concurrency', 'connections at once', 8)
   .option('--quiet', 'no progress lines on stderr')
   .example('--seed 42 --duration 60 --target peer')
   .action(async (f: Flags) => {
-    const kind = f.target as TargetKind;
-    if (kind !== 'client' && kind !== 'peer' && kind !== 'http') {
-      process.stderr.write(`fuzz: --target must be client, http or peer, not ${f.target}\n`);
+    const kind = f.target as TargetKind | 'snapshot';
+    if (kind !== 'client' && kind !== 'peer' && kind !== 'http' && kind !== 'snapshot') {
+      process.stderr.write(`fuzz: --target must be client, http, peer or snapshot, not ${f.target}\n`);
       process.exit(2);
     }
     const seed = f.seed ?? (Date.now() % 1_000_000_007);
     const only = f.case !== undefined ? String(f.case).split(',').map(Number) : undefined;
+    if (kind === 'snapshot') {
+      const log = f.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      const s = await fuzzSnapshots({ seed, only, durationMs: f.cases === undefined && !only ? Number(f.duration) * 1000 : undefined, maxCases: f.cases, log });
+      process.stdout.write(`${snapshotSummaryLine(s)}\n`);
+      process.exit(s.failures.length > 0 ? 1 : 0);
+    }
     const ctx = standaloneCtx();
     const stop = () => void ctx.close().then(() => process.exit(130));
     process.once('SIGINT', stop);

@@ -87,7 +87,9 @@ export function storableName(name: Uint8Array): boolean {
   return name.length > 0 && name.length <= MAX_KEY_BYTES;
 }
 
-const asBuf = (b: Uint8Array | string): Buffer => (typeof b === 'string' ? Buffer.from(b) : asBuffer(b));
+// protobufjs decodes an absent bytes field as its default, an empty array (not a Uint8Array).
+const asBuf = (b: Uint8Array | string | number[]): Buffer =>
+  typeof b === 'string' ? Buffer.from(b) : b instanceof Uint8Array ? asBuffer(b) : Buffer.from(b);
 
 interface PbUser { name: Uint8Array; password: Uint8Array; roles: string[]; options?: { noPassword?: boolean } | null }
 interface PbRole { name: Uint8Array; keyPermission: { permType: number; key: Uint8Array; rangeEnd: Uint8Array }[] }

@@ -22,56 +22,31 @@ import { META, readMeta } from '../mvcc/schema.js';
 import { revKey, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
 import { scanHistory } from '../mvcc/history-scan.js';
 import type { BucketEntries, PutEntry } from '../bbolt/write.js';
+import { AUTH_KEY, BUCKET, META_KEY, REVISION_KEY_BYTES, encodeUint64 } from './schema.js';
 import { refAt } from '../mvcc/keyindex.js';
 import { compactionPending } from '../mvcc/history.js';
 import { authMeta, authTables } from '../auth/tables.js';
 
-/** The bucket names of etcd 3.4's backend, in the byte order a bbolt file holds them. */
-export const BUCKET = {
-  alarm: Buffer.from('alarm'),
-  auth: Buffer.from('auth'),
-  authRoles: Buffer.from('authRoles'),
-  authUsers: Buffer.from('authUsers'),
-  cluster: Buffer.from('cluster'),
-  key: Buffer.from('key'),
-  lease: Buffer.from('lease'),
-  members: Buffer.from('members'),
-  membersRemoved: Buffer.from('members_removed'),
-  meta: Buffer.from('meta'),
-} as const;
-
-export const META_KEY = {
-  consistentIndex: Buffer.from('consistent_index'),
-  finishedCompactRev: Buffer.from('finishedCompactRev'),
-  scheduledCompactRev: Buffer.from('scheduledCompactRev'),
-} as const;
-
-export const AUTH_KEY = { enabled: Buffer.from('authEnabled'), revision: Buffer.from('authRevision') } as const;
-export const CLUSTER_VERSION_KEY = Buffer.from('clusterVersion');
+const name = (n: string) => Buffer.from(n);
+const CLUSTER_VERSION_KEY = Buffer.from('clusterVersion');
 /** What etcd 3.4 records as the cluster version (major.minor.0). */
 export const CLUSTER_VERSION = '3.4.0';
 
-/** etcd's revision key length without and with the tombstone mark. */
-export const ETCD_REVKEY_BYTES = 17;
-export const ETCD_TOMBSTONE_REVKEY_BYTES = 18;
+const ETCD_TOMBSTONE_REVKEY_BYTES = REVISION_KEY_BYTES + 1;
 
-/** etcd's on-disk revision key: main '_' sub, and a 't' for a deletion (revision.go, kvstore.go). */
+/**
+ * etcd's on-disk revision key (schema.ts's encodeRevisionKey) written into `into` when given:
+ * the export writes one per history record, so without a Buffer (or a BigInt) each.
+ */
 export function etcdRevisionKey(main: number, sub: number, tombstone: boolean, into?: Buffer): Buffer {
-  const b = into ?? Buffer.allocUnsafe(tombstone ? ETCD_TOMBSTONE_REVKEY_BYTES : ETCD_REVKEY_BYTES);
-  // Revisions are below 2^53: two 32-bit halves, without BigInt.
+  const b = into ?? Buffer.allocUnsafe(tombstone ? ETCD_TOMBSTONE_REVKEY_BYTES : REVISION_KEY_BYTES);
+  // Revisions are below 2^53: two 32-bit halves.
   b.writeUInt32BE(Math.floor(main / 2 ** 32), 0);
   b.writeUInt32BE(main >>> 0, 4);
   b[8] = 0x5f; // '_'
   b.writeUInt32BE(Math.floor(sub / 2 ** 32), 9);
   b.writeUInt32BE(sub >>> 0, 13);
   if (tombstone) b[17] = 0x74; // 't'
-  return b;
-}
-
-/** An unsigned 64-bit big-endian integer (etcd's consistent index, auth revision). */
-export function u64BE(n: number | bigint): Buffer {
-  const b = Buffer.allocUnsafe(8);
-  b.writeBigUInt64BE(BigInt(n));
   return b;
 }
 
@@ -151,7 +126,7 @@ function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): (put
     const pending = compactRev > 0 && compactionPending(db);
     const rk = Buffer.allocUnsafe(REVKEY_BYTES);
     // Reused for every entry (the writer copies them before put returns).
-    const putKey = Buffer.allocUnsafe(ETCD_REVKEY_BYTES);
+    const putKey = Buffer.allocUnsafe(REVISION_KEY_BYTES);
     const tombstoneKey = Buffer.allocUnsafe(ETCD_TOMBSTONE_REVKEY_BYTES);
     scanHistory(db, ({ main, sub, record, length }) => {
       const { keyStart, keyEnd, tombstone } = recordShape(record, length);
@@ -195,18 +170,19 @@ export function etcdBuckets(db: MvccDb, summary: ExportSummary): EtcdBucket[] {
   const auth = authMeta(db);
   const tables = authTables(db);
   const compacted: Entry[] = compactRev > 0
-    ? [[META_KEY.finishedCompactRev, etcdRevisionKey(compactRev, 0, false)], [META_KEY.scheduledCompactRev, etcdRevisionKey(compactRev, 0, false)]]
+    ? [[name(META_KEY.finishedCompactRev), etcdRevisionKey(compactRev, 0, false)], [name(META_KEY.scheduledCompactRev), etcdRevisionKey(compactRev, 0, false)]]
     : [];
+  // In the byte order of the names, as a bbolt file holds them.
   return [
-    { name: BUCKET.alarm, entries: [] },
-    { name: BUCKET.auth, entries: [[AUTH_KEY.enabled, Buffer.from([auth.enabled ? 1 : 0])], [AUTH_KEY.revision, u64BE(auth.revision)]] },
-    { name: BUCKET.authRoles, entries: rawTable(tables?.roles) },
-    { name: BUCKET.authUsers, entries: rawTable(tables?.users) },
-    { name: BUCKET.cluster, entries: [[CLUSTER_VERSION_KEY, Buffer.from(CLUSTER_VERSION)]] },
-    { name: BUCKET.key, entries: keyBucket(db, compactRev, summary) },
-    { name: BUCKET.lease, entries: leaseBucket(db) },
-    { name: BUCKET.members, entries: [] },
-    { name: BUCKET.membersRemoved, entries: [] },
-    { name: BUCKET.meta, entries: [[META_KEY.consistentIndex, u64BE(readMeta(db, META.appliedIndex))], ...compacted] },
+    { name: name(BUCKET.alarm), entries: [] },
+    { name: name(BUCKET.auth), entries: [[name(AUTH_KEY.enabled), Buffer.from([auth.enabled ? 1 : 0])], [name(AUTH_KEY.revision), encodeUint64(auth.revision)]] },
+    { name: name(BUCKET.authRoles), entries: rawTable(tables?.roles) },
+    { name: name(BUCKET.authUsers), entries: rawTable(tables?.users) },
+    { name: name(BUCKET.cluster), entries: [[CLUSTER_VERSION_KEY, Buffer.from(CLUSTER_VERSION)]] },
+    { name: name(BUCKET.key), entries: keyBucket(db, compactRev, summary) },
+    { name: name(BUCKET.lease), entries: leaseBucket(db) },
+    { name: name(BUCKET.members), entries: [] },
+    { name: name(BUCKET.membersRemoved), entries: [] },
+    { name: name(BUCKET.meta), entries: [[name(META_KEY.consistentIndex), encodeUint64(readMeta(db, META.appliedIndex))], ...compacted] },
   ];
 }

@@ -22,6 +22,7 @@ import { refAt, scanLive } from './keyindex.js';
 import { Errors } from '../errors.js';
 import { rawTables } from './tables.js';
 import { compactionPending } from './history.js';
+import { encodeRevisionKey } from '../etcd-snapshot/schema.js';
 
 export interface HashKVResult {
   hash: number;
@@ -39,15 +40,8 @@ export function compactMainRev(db: MvccDb): number {
   return typeof v === 'number' ? v : -1;
 }
 
-/** etcd's on-disk revision key: main '_' sub, and a 't' mark for a deletion. */
-export function etcdRevisionKey(main: number, sub: number, tombstone: boolean): Buffer {
-  const b = Buffer.alloc(tombstone ? 18 : 17);
-  b.writeBigInt64BE(BigInt(main), 0);
-  b[8] = 0x5f; // '_'
-  b.writeBigInt64BE(BigInt(sub), 9);
-  if (tombstone) b[17] = 0x74; // 't'
-  return b;
-}
+/** etcd's on-disk revision key (shared/etcd-snapshot/schema.ts). */
+export const etcdRevisionKey = encodeRevisionKey;
 
 /** Whether the history record `rk` of `key` is the key's newest change at or below `rev`, and a put. */
 function isNewestPutAt(db: MvccDb, key: Uint8Array, rev: number, rk: Uint8Array): boolean {

@@ -55,7 +55,8 @@ function writeBigVarint(buf: Uint8Array, pos: number, n: bigint): number {
   return pos;
 }
 
-export function encodeKeyValue(kv: KeyValue): Buffer {
+/** The size of a KeyValue's encoding. */
+export function keyValueSize(kv: KeyValue): number {
   let size = 0;
   if (kv.key.length) size += 1 + varintSize(kv.key.length) + kv.key.length;
   if (kv.createRevision) size += 1 + varintSize(kv.createRevision);
@@ -63,7 +64,17 @@ export function encodeKeyValue(kv: KeyValue): Buffer {
   if (kv.version) size += 1 + varintSize(kv.version);
   if (kv.value.length) size += 1 + varintSize(kv.value.length) + kv.value.length;
   if (kv.lease) size += 1 + bigVarintSize(kv.lease);
-  const buf = Buffer.allocUnsafe(size);
+  return size;
+}
+
+export function encodeKeyValue(kv: KeyValue): Buffer {
+  const buf = Buffer.allocUnsafe(keyValueSize(kv));
+  writeKeyValue(kv, buf);
+  return buf;
+}
+
+/** Writes the encoding of `kv` (keyValueSize(kv) bytes) at the start of `buf`. */
+export function writeKeyValue(kv: KeyValue, buf: Uint8Array): void {
   let pos = 0;
   if (kv.key.length) {
     buf[pos++] = 0x0a;
@@ -93,7 +104,6 @@ export function encodeKeyValue(kv: KeyValue): Buffer {
     buf[pos++] = 0x30;
     pos = writeBigVarint(buf, pos, kv.lease);
   }
-  return buf;
 }
 
 /** Decodes a stored KeyValue. key and value are views into `buf`, not copies. */

@@ -17,8 +17,9 @@ function writeRevKey(b: Buffer, main: number, sub: number): Buffer {
   return b;
 }
 
-export function revKey(main: number, sub: number): Buffer {
-  return writeRevKey(Buffer.allocUnsafe(REVKEY_BYTES), main, sub);
+/** `into`: a buffer to reuse (a bulk writer's scratch), instead of a new one. */
+export function revKey(main: number, sub: number, into: Buffer = Buffer.allocUnsafe(REVKEY_BYTES)): Buffer {
+  return writeRevKey(into, main, sub);
 }
 
 export function mainOf(revkey: Uint8Array): number {
@@ -30,8 +31,8 @@ export function subOf(revkey: Uint8Array): number {
 }
 
 /** The keyrevs value of a change: inverted revision key + event. */
-export function keyRevValue(main: number, sub: number, event: number): Buffer {
-  const b = writeRevKey(Buffer.allocUnsafe(REF_BYTES), main, sub);
+export function keyRevValue(main: number, sub: number, event: number, into: Buffer = Buffer.allocUnsafe(REF_BYTES)): Buffer {
+  const b = writeRevKey(into, main, sub);
   for (let i = 0; i < REVKEY_BYTES; i++) b[i] ^= 0xff;
   b[REVKEY_BYTES] = event;
   return b;

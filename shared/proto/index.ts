@@ -15,6 +15,7 @@ const FILES = [
   'etcd/etcdserverpb/rpc.proto',
   'etcd/v3lockpb/v3lock.proto',
   'etcd/v3electionpb/v3election.proto',
+  'etcd/leasepb/lease.proto',
   'kvs/storage.proto',
   'kvs/control.proto',
   'kvs/archiver.proto',
