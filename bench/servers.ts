@@ -45,6 +45,8 @@ export interface Server {
    * null when a scrape fails.
    */
   fsyncs(): Promise<number | null>;
+  /** http://host:port of the server's --metrics-addr (kvs: also the console; etcd: its /metrics). */
+  metricsBase?: string;
   /** SIGTERM, wait for exit (SIGKILL after 15 s), remove the data dir. Idempotent. */
   stop(): Promise<void>;
 }
@@ -218,6 +220,7 @@ async function launch(
       disk: () => diskUsage(p.db, p.wal),
       output: () => out.toString(),
       fsyncs: () => scrapeFsyncs(system, [metricsUrl]),
+      metricsBase: metricsUrl.replace(/\/metrics$/, ''),
       stop,
     };
   }

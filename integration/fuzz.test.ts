@@ -4,7 +4,8 @@
 // changes daily (printed: replay with `npm run fuzz -- --seed N --target T`, and `--case I` for
 // one case). No component may restart, the data set must be unchanged on every node, and every
 // connection must be answered or closed, also those node:http2 leaves open after its own error
-// GOAWAY (both ports close those after an unanswered PING).
+// GOAWAY (both ports close those after an unanswered PING). The console on --metrics-addr gets
+// HTTP/1.x cases too (chaos/fuzz/console-cases.ts): none of its actions may get through.
 // The file keeps to about 45 s: a few seconds of cases per target, one node for both client-port
 // targets and one cluster for both peer-port tests, and per-case deadlines as short as each
 // port allows.
@@ -16,14 +17,14 @@ import { EPOCH_HEADER } from '../services/peer/transport.js';
 import { crashed, processes } from '../chaos/fuzz/oracle.js';
 import { rawExchange } from '../testkit/raw-socket.js';
 import { fuzz, summaryLine, type RunSummary } from '../chaos/fuzz/run.js';
-import { CLOSE_DEADLINE_MS, clientPortTarget, startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
-import { startKvs } from '../testkit/harness.js';
+import { CLOSE_DEADLINE_MS, clientPortTarget, consoleTarget, startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
+import { reservePort, startKvs } from '../testkit/harness.js';
 
 const today = new Date();
 const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());
 
 /** Seconds of cases per port (each connection's deadline: CLOSE_DEADLINE_MS). */
-const SECONDS = { client: 6, peer: 5, http: 4 } as const;
+const SECONDS = { client: 6, peer: 5, http: 4, console: 4 } as const;
 const MIN_CASES = 41;
 
 async function fuzzRun(t: TestContext, target: FuzzTarget): Promise<RunSummary> {
@@ -113,5 +114,13 @@ test('peer port (a one-node cluster)', async (t) => {
     await new Promise((r) => setTimeout(r, 500));
     const after = await Promise.all(target.nodes.map(processes));
     assert.deepEqual(before.map((b, i) => crashed(b, after[i]!)), before.map(() => []));
+  });
+});
+
+test('console on --metrics-addr (one node)', async (t) => {
+  const port = await reservePort(t);
+  const node = await startKvs(t, { args: ['--metrics-addr', `127.0.0.1:${port}`] });
+  await t.test('port fuzzer, HTTP/1.x: no crash, no data change, no action accepted, every connection answered or closed', async (t) => {
+    await fuzzRun(t, consoleTarget(node, `127.0.0.1:${port}`));
   });
 });

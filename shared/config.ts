@@ -32,7 +32,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   flag('node-id', 'string', 'Node name (shown by member list)', 'default'),
   flag('log-level', 'string', 'Log verbosity: fatal, error, warn, info, debug, trace', 'info'),
   flag('log-format', 'string', 'json (one JSON object a line) or pretty (readable lines); default: pretty on a terminal, else json'),
-  flag('metrics-addr', 'string', 'host:port of the HTTP observability endpoints (/metrics, /healthz, /readyz); off when not given'),
+  flag('metrics-addr', 'string', 'host:port of the HTTP observability endpoints (/metrics, /healthz, /readyz) and the operator console (/); off when not given'),
   flag('read-consistency', 'string', 'linearizable or serializable (follower reads; a single node is always current)', 'linearizable'),
   flag('watch-progress-notify-interval', 'string', 'Time between progress notifications to idle watchers that asked for them (etcd\'s --experimental-watch-progress-notify-interval)', '10m'),
   flag('s3-bucket', 'string', 'Object-store bucket; with it, WAL segments and checkpoints go to the object store'),

@@ -113,4 +113,9 @@ export function mergeMetrics(parts: MetricsJson[]): Promise<string> {
   return client.AggregatorRegistry.aggregate(parts).metrics();
 }
 
+/** The same merge, as prom-client's JSON (the console's sampler reads it). */
+export function mergedJson(parts: MetricsJson[]): Promise<MetricsJson> {
+  return client.AggregatorRegistry.aggregate(parts).getMetricsAsJSON() as Promise<MetricsJson>;
+}
+
 export const CONTENT_TYPE = client.Registry.PROMETHEUS_CONTENT_TYPE;

@@ -9,11 +9,11 @@ import { createLogger, type Logger } from '../shared/log.js';
 import { service } from '../shared/proto/index.js';
 import { bindUnix, shutdown } from '../shared/grpc/server.js';
 import { Component } from './component.js';
-import { serveHttp, type Probe } from './http.js';
+import { serveHttp, type ObservabilityServer, type Probe } from './http.js';
+import { ConsoleApi } from './console/api.js';
 import { claimDataDir, releaseDataDir } from './data-dir-lock.js';
 import { dbPath } from '../shared/mvcc/schema.js';
 import * as M from '../shared/metrics.js';
-import type http from 'node:http';
 
 /** How long /metrics waits for a component's registry (a busy one is left out of that scrape). */
 const METRICS_TIMEOUT_MS = 2000;
@@ -35,7 +35,8 @@ export class Supervisor {
   private readonly log: Logger;
   private control: grpc.Server | undefined;
   private stopping: Promise<void> | undefined;
-  private http: http.Server | undefined;
+  private http: ObservabilityServer | undefined;
+  private console: ConsoleApi | undefined;
   private readonly registry: ReturnType<typeof M.processRegistry>;
   /** Every component has been ready once: the node has started. */
   private started = false;
@@ -126,7 +127,7 @@ export class Supervisor {
       const order = [...this.components].reverse().sort((a, b) => Number(b.name === 'peer') - Number(a.name === 'peer'));
       for (const c of order) await c.stop();
       if (this.control) await shutdown(this.control, 1000);
-      this.http?.closeAllConnections();
+      this.console?.close();
       this.http?.close();
       releaseDataDir(this.cfg.dataDir);
       this.log.info('kvs stopped');
@@ -160,21 +161,38 @@ export class Supervisor {
 
   /** The node's metrics: the supervisor's own and every running component's, merged. */
   async metrics(): Promise<string> {
+    return M.mergeMetrics(await this.metricsParts());
+  }
+
+  private async metricsParts(): Promise<M.MetricsJson[]> {
     const parts = await Promise.all([this.registry.getMetricsAsJSON(), ...this.components.map((c) => c.metrics(METRICS_TIMEOUT_MS))]);
-    return M.mergeMetrics(parts.filter((p): p is M.MetricsJson => p !== undefined));
+    return parts.filter((p): p is M.MetricsJson => p !== undefined);
   }
 
   private async serveObservability(addr: string): Promise<void> {
+    const consoleApi = new ConsoleApi(this.cfg, {
+      metricsJson: async () => M.mergedJson(await this.metricsParts()),
+      components: () => this.components.map((c) => ({ name: c.name, state: c.state, pid: c.pid ?? 0, restarts: c.restarts, lastExit: c.lastExit ?? '', detail: c.detail ?? '' })),
+      restart: (name) => this.get(name)!.restart(),
+      logAction: (what, fields) => this.log.info(fields, what),
+    });
     try {
-      this.http = await serveHttp(addr, { metrics: () => this.metrics(), health: () => this.health(), ready: () => this.readiness() }, (err) =>
-        this.log.error({ err: err.message }, 'metrics endpoint error'),
+      this.http = await serveHttp(
+        addr,
+        { metrics: () => this.metrics(), health: () => this.health(), ready: () => this.readiness(), console: (req, res, url) => consoleApi.handle(req, res, url) },
+        (err) => this.log.error({ err: err.message }, 'metrics endpoint error'),
+        { tls: this.cfg.clientTlsCert ? { cert: this.cfg.clientTlsCert, key: this.cfg.clientTlsKey! } : undefined },
       );
+      this.console = consoleApi;
     } catch (err) {
       releaseDataDir(this.cfg.dataDir);
       process.stderr.write(`kvs: --metrics-addr ${addr}: ${(err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? 'address already in use' : (err as Error).message}\n`);
       process.exit(2);
     }
-    this.log.info({ metricsAddr: addr }, `metrics and health probes on http://${addr}/metrics, /healthz, /readyz`);
+    this.log.info(
+      { metricsAddr: addr },
+      `metrics and health probes on http://${addr}/metrics, /healthz, /readyz; the console on ${this.cfg.clientTlsCert ? 'https' : 'http'}://${addr}/`,
+    );
   }
 
   private async serveControl(): Promise<void> {

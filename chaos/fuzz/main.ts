@@ -1,6 +1,6 @@
-// `npm run fuzz -- --seed N --duration S [--target client|peer|http|snapshot]`: starts the target
-// (real kvs processes in temp dirs), fuzzes its port (or, `snapshot`, feeds damaged etcd snapshot
-// files to the snapshot reader and restore: snapshot-file.ts), prints one summary line, exits 1 on a failure
+// `npm run fuzz -- --seed N --duration S [--target client|peer|http|console|snapshot]`: starts
+// the target (real kvs processes in temp dirs), fuzzes its port (or, `snapshot`, feeds damaged
+// etcd snapshot files to the snapshot reader and restore: snapshot-file.ts), prints one summary line, exits 1 on a failure
 // (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
 import sade from 'sade';
 import { fuzz, summaryLine } from './run.js';
@@ -23,14 +23,14 @@ sade('fuzz', true)
   .option('--duration', 'seconds to keep sending cases', 30)
   .option('--cases', 'stop after this many cases instead')
   .option('--case', 'replay only these case indices (comma-separated), as a failure printed them')
-  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x), peer, or snapshot (etcd snapshot files)', 'client')
+  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x), console (the console on --metrics-addr), peer, or snapshot (etcd snapshot files)', 'client')
   .option('--concurrency', 'connections at once', 8)
   .option('--quiet', 'no progress lines on stderr')
   .example('--seed 42 --duration 60 --target peer')
   .action(async (f: Flags) => {
     const kind = f.target as TargetKind | 'snapshot';
-    if (kind !== 'client' && kind !== 'peer' && kind !== 'http' && kind !== 'snapshot') {
-      process.stderr.write(`fuzz: --target must be client, http, peer or snapshot, not ${f.target}\n`);
+    if (kind !== 'client' && kind !== 'peer' && kind !== 'http' && kind !== 'console' && kind !== 'snapshot') {
+      process.stderr.write(`fuzz: --target must be client, http, console, peer or snapshot, not ${f.target}\n`);
       process.exit(2);
     }
     const seed = f.seed ?? (Date.now() % 1_000_000_007);

@@ -2,16 +2,17 @@
 // kvs node for the client port (gRPC, or the JSON gateway's HTTP/1.x on the same port); a
 // cluster for the peer port, three nodes unless asked (its peer ports are fuzzed, its client
 // ports serve the oracle).
-import { startKvs, type Ctx, type KvsNode } from '../../testkit/harness.js';
+import { reservePort, startKvs, type Ctx, type KvsNode } from '../../testkit/harness.js';
 import { leaderEpoch, startCluster } from '../../testkit/node-cluster.js';
 import type { Case } from './cases.js';
 import { clientCase } from './client-cases.js';
 import { closeHttpGuard } from './http-guard.js';
 import { HTTP_ANSWER_MS, httpCase } from './http-cases.js';
 import { peerCase } from './peer-cases.js';
+import { CONSOLE_ANSWER_MS, consoleCase } from './console-cases.js';
 import type { Rand } from './random.js';
 
-export type TargetKind = 'client' | 'peer' | 'http';
+export type TargetKind = 'client' | 'peer' | 'http' | 'console';
 
 /**
  * How long a server has to answer or close a connection once the client is done. A connection
@@ -20,7 +21,7 @@ export type TargetKind = 'client' | 'peer' | 'http';
  * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts). An HTTP/1.x
  * connection must be closed within HTTP_ANSWER_MS of the client half-closing it.
  */
-export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000, http: HTTP_ANSWER_MS };
+export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000, http: HTTP_ANSWER_MS, console: CONSOLE_ANSWER_MS };
 
 export interface FuzzTarget {
   kind: TargetKind;
@@ -37,6 +38,10 @@ export interface FuzzTarget {
 /** `clusterSize`: the peer port's cluster (3 by default; 1 is a leader alone, quicker to start). */
 export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Promise<FuzzTarget> {
   if (kind === 'client' || kind === 'http') return clientPortTarget(t, kind, await startKvs(t));
+  if (kind === 'console') {
+    const port = await reservePort(t);
+    return consoleTarget(await startKvs(t, { args: ['--metrics-addr', `127.0.0.1:${port}`] }), `127.0.0.1:${port}`);
+  }
   const cluster = await startCluster(t, clusterSize);
   const epoch = await leaderEpoch(cluster);
   return {
@@ -53,6 +58,11 @@ export async function startTarget(t: Ctx, kind: TargetKind, clusterSize = 3): Pr
 export function clientPortTarget(t: Ctx, kind: 'client' | 'http', node: KvsNode): FuzzTarget {
   if (kind === 'http') t.after(closeHttpGuard);
   return { kind, fuzzEndpoints: [node.endpoint], clientEndpoints: [node.endpoint], nodes: [node], cases: kind === 'http' ? httpCase : clientCase };
+}
+
+/** The console on a running node's --metrics-addr (`addr`), fuzzed with HTTP/1.x. */
+export function consoleTarget(node: KvsNode, addr: string): FuzzTarget {
+  return { kind: 'console', fuzzEndpoints: [addr], clientEndpoints: [node.endpoint], nodes: [node], cases: consoleCase };
 }
 
 /** A Ctx outside node:test (the CLI): cleanups run by `close()`, last first. */

@@ -30,6 +30,8 @@ export interface GcOptions {
   orphanMinAgeMs?: number;
   now?: Date;
   progress?: Progress;
+  /** Delete nothing: count what a run would delete (the console's "what gc would delete"). */
+  dryRun?: boolean;
 }
 
 export interface GcResult {
@@ -38,6 +40,8 @@ export interface GcResult {
   walSegments: number;
   /** Things the operator should know (a pinned checkpoint that is gone, ...). */
   warnings: string[];
+  /** The checkpoints deleted (or, in a dry run, that would be). */
+  checkpointKeys: string[];
 }
 
 const BATCH = 1000;
@@ -68,6 +72,8 @@ export async function runGc(store: ObjectStore, opts: GcOptions): Promise<GcResu
   if (!Number.isInteger(keep) || keep < 1) {
     throw new Error(`--keep must be a whole number of at least 1 (the latest checkpoint is always needed), got "${opts.keep}"`);
   }
+  // A dry run changes nothing, so it needs no marker (and runs beside a real gc harmlessly).
+  if (opts.dryRun) return passes(store, keep, opts);
   const marker = `${GC_RUNNING_PREFIX}${new Date().toISOString()}-${randomBytes(4).toString('hex')}`;
   await store.put(marker, Buffer.from(JSON.stringify({ startedAt: new Date().toISOString(), pid: process.pid })));
   try {
@@ -100,6 +106,7 @@ async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promis
   for (const [i, c] of doomed.entries()) {
     const m = await manifestOf(store, c.key);
     if (m) for (const k of pieces(m)) piecesOfDoomed.add(k);
+    if (opts.dryRun) continue;
     // The manifest goes first: a checkpoint is either whole or invisible.
     await store.delete(c.key);
     const rest = (await listAll(store, checkpointDir(c.key))).map((o) => o.key);
@@ -109,7 +116,8 @@ async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promis
 
   // ---- pass 2: orphan SSTs
   const referenced = new Set<string>();
-  for (const c of await listCheckpoints(store)) {
+  const doomedKeys = new Set(doomed.map((c) => c.key));
+  for (const c of (await listCheckpoints(store)).filter((c) => !doomedKeys.has(c.key))) {
     const m = await manifestOf(store, c.key);
     if (m) for (const k of pieces(m)) referenced.add(k);
   }
@@ -119,7 +127,7 @@ async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promis
     const oldEnough = now.getTime() - o.lastModified.getTime() >= orphanMinAgeMs;
     if (piecesOfDoomed.has(o.key) || oldEnough) orphans.push(o.key);
   }
-  await deleteInBatches(store, orphans, 'orphan SSTs', progress);
+  if (!opts.dryRun) await deleteInBatches(store, orphans, 'orphan SSTs', progress);
 
   // ---- pass 3: WAL segments covered by the latest checkpoint
   const latestNow = await readLatest(store);
@@ -131,7 +139,7 @@ async function passes(store: ObjectStore, keep: number, opts: GcOptions): Promis
   } else if (latestNow) {
     warnings.push(`manifest/latest names ${latestNow.checkpoint}, which does not exist; WAL segments kept`);
   }
-  await deleteInBatches(store, segments, 'WAL segments', progress);
+  if (!opts.dryRun) await deleteInBatches(store, segments, 'WAL segments', progress);
 
-  return { checkpoints: doomed.length, orphanSsts: orphans.length, walSegments: segments.length, warnings };
+  return { checkpoints: doomed.length, orphanSsts: orphans.length, walSegments: segments.length, warnings, checkpointKeys: doomed.map((c) => c.key) };
 }

@@ -1,0 +1,36 @@
+// `npm run console-bench` (bench/console.ts) for real, small: a node starts, the keys and both
+// histories are written, and the table has its three rows with p50 <= p90 <= max. A bad flag
+// prints its message and the usage and exits 2.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { runCli } from './run-cli.js';
+
+const BENCH = fileURLToPath(new URL('./console.js', import.meta.url));
+
+test('console-bench --keys 2000 --revisions 30 --samples 3: a row per request, in order', { timeout: 180_000 }, async () => {
+  const r = await runCli(BENCH, ['--keys', '2000', '--revisions', '30', '--samples', '3']);
+  assert.equal(r.code, 0, r.stderr);
+  const rows = r.stdout.split('\n').filter((l) => l.startsWith('| /api/'));
+  assert.deepEqual(
+    rows.map((l) => l.split('|')[1]!.trim()),
+    ['/api/keys first page (100 of 2000)', '/api/history (30 revisions, consecutive)', '/api/history (30 revisions, 1 in 10)'],
+    r.stdout,
+  );
+  for (const row of rows) {
+    const [p50, p90, max] = row.split('|').slice(2, 5).map(Number);
+    assert.ok(p50! > 0 && p50! <= p90! && p90! <= max!, row);
+  }
+});
+
+test('console-bench with a bad flag: the message and the usage, exit 2', async () => {
+  for (const [args, message] of [
+    [['--keys', 'many'], /--keys must be a whole number of at least 1, got "many"/],
+    [['--kyes', '5'], /Unknown option '--kyes'/],
+  ] as const) {
+    const r = await runCli(BENCH, [...args]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, message);
+    assert.match(r.stderr, /Usage: npm run console-bench/);
+  }
+});
