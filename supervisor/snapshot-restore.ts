@@ -1,9 +1,10 @@
 // `kvs snapshot restore FILE --data-dir DIR`: makes a new data directory from a snapshot file,
 // of one of two formats, told apart by the magic of the database's first page:
-//   - kvs's own (`etcdctl snapshot save` against kvs, Maintenance.Snapshot): an LMDB
-//     environment, copied in as it is;
-//   - etcd's (`etcdctl snapshot save` against etcd 3.4 or 3.5, or a copied member/snap/db): a
-//     bbolt database, read and converted (etcd-restore.ts).
+//   - an LMDB environment (what Maintenance.Snapshot of kvs versions before the etcd-format
+//     export saved, or a copied db/data.mdb), copied in as it is;
+//   - etcd's (`etcdctl snapshot save` against etcd 3.4 or 3.5, or against kvs, whose
+//     Maintenance.Snapshot writes etcd's format; or a copied member/snap/db): a bbolt
+//     database, read and converted (etcd-restore.ts).
 // Either may end in a SHA-256 of the database, which is checked first (as `etcdctl snapshot
 // restore` does); a file without it needs --skip-hash-check. A node started on the directory
 // serves every key at the snapshot's revision, with the history the snapshot holds. Like

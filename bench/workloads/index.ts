@@ -5,6 +5,7 @@ import { seqGet, parGet } from './get.js';
 import { mixed } from './mixed.js';
 import { range, rangeHistory } from './range.js';
 import { size, size10x, sizeJson } from './size.js';
+import { snapshot } from './snapshot.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
 import { jsonParGet, jsonParPut, jsonSeqGet, jsonSeqPut } from './json.js';
@@ -21,7 +22,7 @@ export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterFailover,
 ];
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, jsonSeqPut, jsonParPut, jsonSeqGet, jsonParGet, size, size10x, sizeJson, ...CLUSTER_WORKLOADS];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, jsonSeqPut, jsonParPut, jsonSeqGet, jsonParGet, size, size10x, sizeJson, snapshot, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];

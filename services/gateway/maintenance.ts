@@ -83,7 +83,7 @@ export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, 
       cb({ code: grpc.status.FAILED_PRECONDITION, details: 'etcdserver: bad leader transferee' });
     },
     Snapshot(call: ServerCall<unknown, any>) {
-      void streamSnapshot(db, dataDir, call, log);
+      void streamSnapshot(dataDir, call, log);
     },
   };
   return { def, impl };

@@ -127,8 +127,7 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
   // A reader may open a version 2 database before its writer upgrades it (not in a node, where
   // storage opens first): it reads with the dictionary that upgrade writes, so records written
   // after the upgrade read right too, and the uncompressed ones read as they are.
-  const stored = meta.get(META.historyDictionary) as Uint8Array | undefined;
-  const compression = { threshold: COMPRESS_ABOVE, dictionary: stored ? Buffer.from(stored) : HISTORY_DICTIONARY };
+  const compression = historyCompression(meta);
   return {
     env,
     history: env.openDB<Buffer, Buffer>({ name: 'history', ...binary, compression }),
@@ -139,6 +138,12 @@ export function openMvcc(dataDir: string, opts: { readOnly: boolean; writemap?: 
     leases: env.openDB<Buffer, Buffer>({ name: 'leases', ...binary }),
     leasekeys: env.openDB<Buffer, Buffer>({ name: 'leasekeys', dupSort: true, ...binary }),
   };
+}
+
+/** lmdb-js's `compression` options for `history`: with the dictionary the database keeps. */
+export function historyCompression(meta: Database<any, string>): { threshold: number; dictionary: Buffer } {
+  const stored = meta.get(META.historyDictionary) as Uint8Array | undefined;
+  return { threshold: COMPRESS_ABOVE, dictionary: stored ? Buffer.from(stored) : HISTORY_DICTIONARY };
 }
 
 /**

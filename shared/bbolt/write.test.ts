@@ -1,0 +1,75 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BoltWriteError, BUCKET_LEAF_FLAG, MAGIC, PAGE_HEADER_BYTES, PageFlag, fnv64a, writeBoltFile } from './write.js';
+
+const PAGE = 4096;
+const page = (file: Buffer, id: number) => file.subarray(id * PAGE, (id + 1) * PAGE);
+const header = (p: Buffer) => ({ id: Number(p.readBigUInt64LE(0)), flags: p.readUInt16LE(8), count: p.readUInt16LE(10), overflow: p.readUInt32LE(12) });
+
+function meta(p: Buffer) {
+  const m = p.subarray(PAGE_HEADER_BYTES);
+  return {
+    magic: m.readUInt32LE(0), version: m.readUInt32LE(4), pageSize: m.readUInt32LE(8), root: Number(m.readBigUInt64LE(16)),
+    freelist: Number(m.readBigUInt64LE(32)), pgid: Number(m.readBigUInt64LE(40)), txid: Number(m.readBigUInt64LE(48)),
+    checksumOk: m.readBigUInt64LE(56) === fnv64a(m.subarray(0, 56)),
+  };
+}
+
+/** The leaf elements of a page: flags, key, value. */
+function leafElements(p: Buffer) {
+  const out = [];
+  for (let i = 0; i < header(p).count; i++) {
+    const at = PAGE_HEADER_BYTES + i * 16;
+    const pos = at + p.readUInt32LE(at + 4);
+    const k = p.readUInt32LE(at + 8);
+    const v = p.readUInt32LE(at + 12);
+    out.push({ flags: p.readUInt32LE(at), key: p.subarray(pos, pos + k), value: p.subarray(pos + k, pos + k + v) });
+  }
+  return out;
+}
+
+test('fnv64a is FNV-1a 64 (known vectors)', () => {
+  assert.equal(fnv64a(Buffer.from('')), 0xcbf29ce484222325n);
+  assert.equal(fnv64a(Buffer.from('a')), 0xaf63dc4c8601ec8cn);
+  assert.equal(fnv64a(Buffer.from('foobar')), 0x85944171f73967e8n);
+});
+
+test('an empty bucket: two metas, an empty freelist, a root leaf holding the bucket inline', () => {
+  const file = writeBoltFile([{ name: Buffer.from('key'), entries: [] }]);
+  assert.equal(file.length, 4 * PAGE);
+  const m0 = meta(page(file, 0));
+  const m1 = meta(page(file, 1));
+  assert.deepEqual(m1, { magic: MAGIC, version: 2, pageSize: PAGE, root: 3, freelist: 2, pgid: 4, txid: 1, checksumOk: true });
+  assert.deepEqual({ ...m0, txid: 1 }, m1, 'meta 0 is the same at txid 0');
+  assert.deepEqual(header(page(file, 0)), { id: 0, flags: PageFlag.meta, count: 0, overflow: 0 });
+  assert.deepEqual(header(page(file, 2)), { id: 2, flags: PageFlag.freelist, count: 0, overflow: 0 });
+  const [bucket] = leafElements(page(file, 3));
+  assert.equal(bucket!.flags, BUCKET_LEAF_FLAG);
+  assert.equal(bucket!.key.toString(), 'key');
+  // root 0 and sequence 0, then an inline leaf page with no elements (as bbolt's CreateBucket writes it)
+  assert.equal(bucket!.value.length, 32);
+  assert.equal(bucket!.value.readBigUInt64LE(0), 0n);
+  assert.deepEqual(header(bucket!.value.subarray(16)), { id: 0, flags: PageFlag.leaf, count: 0, overflow: 0 });
+});
+
+test('a bucket above a quarter page gets its own pages; an element larger than a page overflows', () => {
+  const entries = [[Buffer.from('a'), Buffer.alloc(1200, 1)], [Buffer.from('b'), Buffer.alloc(10_000, 2)]] as const;
+  const file = writeBoltFile([{ name: Buffer.from('x'), entries }]);
+  const root = meta(page(file, 1)).root;
+  const [bucket] = leafElements(page(file, root));
+  const bucketRoot = Number(bucket!.value.readBigUInt64LE(0));
+  assert.equal(bucket!.value.length, 16, 'not inline');
+  // a's page is full once b (10 KB) comes: b gets a leaf of its own, spanning 3 pages
+  assert.deepEqual(header(page(file, bucketRoot)), { id: bucketRoot, flags: PageFlag.branch, count: 2, overflow: 0 });
+  const bLeaf = Number(page(file, bucketRoot).readBigUInt64LE(PAGE_HEADER_BYTES + 16 + 8));
+  assert.deepEqual(header(page(file, bLeaf)), { id: bLeaf, flags: PageFlag.leaf, count: 1, overflow: 2 });
+  const big = file.subarray(bLeaf * PAGE, (bLeaf + 3) * PAGE);
+  assert.deepEqual(leafElements(big)[0]!.value, entries[1][1]);
+});
+
+test('keys and buckets out of order are refused', () => {
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('2'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), BoltWriteError);
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('1'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), /keys out of order \(31 after 31\)/);
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [] }, { name: Buffer.from('a'), entries: [] }]), /buckets must come in name order/);
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.alloc(0), Buffer.alloc(0)]] }]), /an empty key/);
+});

@@ -1,0 +1,362 @@
+// A writer of bbolt database files (the format of etcd's backend and of its snapshots), built
+// bottom-up from sorted contents: no general B+tree, no updates. Pure: the pages go to a sink
+// the caller writes (in increasing page order, data pages first, the two meta pages last),
+// and memory stays at a few pages per tree level however large the buckets are.
+//
+// The layout (bbolt's page.go, db.go, bucket.go; little-endian as on amd64 and arm64):
+//   page       id u64, flags u16, count u16, overflow u32 (16 bytes), then its elements;
+//              a page longer than pageSize takes `overflow` more pages after it
+//   leaf       elements of flags u32, pos u32, ksize u32, vsize u32; `pos` counts from the
+//              element's own start to its key, the value follows the key
+//   branch     elements of pos u32, ksize u32, pgid u64: the first key of each child
+//   bucket     a leaf element with flag 1 whose value is root pgid u64, sequence u64, and
+//              for an inline bucket (root 0) its one leaf page right after
+//   meta       pages 0 and 1: magic, version 2, page size, flags, root bucket, freelist
+//              pgid, page count (high-water mark), txid, FNV-64a of the fields before it;
+//              bbolt opens the valid one with the higher txid
+//   freelist   page 2 here, empty: every page below the high-water mark is in use
+
+export const MAGIC = 0xed0cdaed;
+export const VERSION = 2;
+export const DEFAULT_PAGE_SIZE = 4096;
+export const PAGE_HEADER_BYTES = 16;
+export const ELEMENT_BYTES = 16;
+export const BUCKET_HEADER_BYTES = 16;
+export const META_BYTES = 64;
+
+export const PageFlag = { branch: 0x01, leaf: 0x02, meta: 0x04, freelist: 0x10 } as const;
+export const BUCKET_LEAF_FLAG = 0x01;
+
+/** Receives `bytes` (whole pages) to be stored from page `pgid` on; the view is reused after the call returns. */
+export type PageSink = (pgid: number, bytes: Buffer) => void;
+
+/** An error in what the caller asked to write (unsorted keys, an oversized element). */
+export class BoltWriteError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'BoltWriteError';
+  }
+}
+
+const FREELIST_PGID = 2;
+const EMPTY = new Uint8Array(0);
+const FIRST_DATA_PGID = 3;
+/** bbolt's limits (MaxKeySize, MaxValueSize). */
+export const MAX_KEY_BYTES = 32768;
+export const MAX_VALUE_BYTES = 2 ** 31 - 2;
+
+/** FNV-1a, 64-bit, of `b` (bbolt's meta checksum). */
+export function fnv64a(b: Uint8Array): bigint {
+  let lo = 0x84222325;
+  let hi = 0xcbf29ce4;
+  for (let i = 0; i < b.length; i++) {
+    lo ^= b[i]!;
+    // times the FNV prime 0x100000001b3, in 16-bit limbs to stay exact
+    const l0 = lo & 0xffff, l1 = lo >>> 16, h0 = hi & 0xffff, h1 = hi >>> 16;
+    const p0 = l0 * 0x1b3;
+    const p1 = l1 * 0x1b3 + (p0 >>> 16);
+    const p2 = h0 * 0x1b3 + (p1 >>> 16) + l0 * 0x100;
+    const p3 = h1 * 0x1b3 + (p2 >>> 16) + l1 * 0x100;
+    lo = ((p1 & 0xffff) << 16 | (p0 & 0xffff)) >>> 0;
+    hi = ((p3 & 0xffff) << 16 | (p2 & 0xffff)) >>> 0;
+  }
+  return (BigInt(hi) << 32n) | BigInt(lo);
+}
+
+/** The meta page for transaction `txid` (bbolt puts it on page txid % 2). */
+export function metaPage(pageSize: number, root: number, pgidCount: number, txid: number): Buffer {
+  const p = Buffer.alloc(pageSize);
+  p.writeBigUInt64LE(BigInt(txid % 2), 0);
+  p.writeUInt16LE(PageFlag.meta, 8);
+  const m = PAGE_HEADER_BYTES;
+  p.writeUInt32LE(MAGIC, m);
+  p.writeUInt32LE(VERSION, m + 4);
+  p.writeUInt32LE(pageSize, m + 8);
+  p.writeUInt32LE(0, m + 12);
+  p.writeBigUInt64LE(BigInt(root), m + 16);
+  p.writeBigUInt64LE(0n, m + 24);
+  p.writeBigUInt64LE(BigInt(FREELIST_PGID), m + 32);
+  p.writeBigUInt64LE(BigInt(pgidCount), m + 40);
+  p.writeBigUInt64LE(BigInt(txid), m + 48);
+  p.writeBigUInt64LE(fnv64a(p.subarray(m, m + 56)), m + 56);
+  return p;
+}
+
+/** Buffers whole pages and hands them to the sink in large contiguous runs. */
+class PageOut {
+  next = FIRST_DATA_PGID;
+  private buf: Buffer;
+  private used = 0;
+  private first = FIRST_DATA_PGID;
+
+  constructor(private readonly sink: PageSink, private readonly pageSize: number, chunkBytes: number) {
+    this.buf = Buffer.allocUnsafe(Math.max(chunkBytes, pageSize));
+  }
+
+  /** Room for a page of `bytes` at the next pgid: returns [pgid, the page's bytes (zeroed)]. */
+  reserve(bytes: number): { pgid: number; page: Buffer; pages: number } {
+    const pages = Math.ceil(bytes / this.pageSize);
+    const len = pages * this.pageSize;
+    if (this.used + len > this.buf.length) {
+      this.flush();
+      if (len > this.buf.length) this.buf = Buffer.allocUnsafe(len);
+    }
+    const page = this.buf.subarray(this.used, this.used + len);
+    page.fill(0, bytes);
+    this.used += len;
+    const pgid = this.next;
+    this.next += pages;
+    return { pgid, page, pages };
+  }
+
+  flush(): void {
+    if (this.used === 0) return;
+    this.sink(this.first, this.buf.subarray(0, this.used));
+    this.first = this.next;
+    this.used = 0;
+  }
+}
+
+function writePageHeader(page: Buffer, pgid: number, flags: number, count: number, overflow: number): void {
+  page.writeUInt32LE(pgid >>> 0, 0);
+  page.writeUInt32LE(Math.floor(pgid / 2 ** 32), 4);
+  page.writeUInt16LE(flags, 8);
+  page.writeUInt16LE(count, 10);
+  page.writeUInt32LE(overflow, 12);
+}
+
+/** Keys, sizes and data of the elements of one page being filled. */
+class PendingPage {
+  count = 0;
+  /** Bytes of the page so far: header, elements, data. */
+  size = PAGE_HEADER_BYTES;
+  ksizes: number[] = [];
+  vsizes: number[] = [];
+  flags: number[] = [];
+  pgids: number[] = [];
+  data: Buffer = Buffer.allocUnsafe(8192);
+  dataLen = 0;
+  firstKey: Buffer | undefined;
+
+  add(key: Uint8Array, value: Uint8Array | undefined, flags: number, pgid: number, vlen = value ? value.length : 0): void {
+    const need = this.dataLen + key.length + vlen;
+    if (need > this.data.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, this.data.length * 2));
+      this.data.copy(grown, 0, 0, this.dataLen);
+      this.data = grown;
+    }
+    if (this.count === 0) this.firstKey = Buffer.from(key);
+    this.data.set(key, this.dataLen);
+    this.dataLen += key.length;
+    if (value) {
+      // A view of exactly vlen bytes: lmdb-js's shared buffer has a `length` of its own that
+      // is not its typed-array length, so neither set(value) nor copy() may be given it whole.
+      this.data.set(vlen === 0 ? EMPTY : new Uint8Array(value.buffer, value.byteOffset, vlen), this.dataLen);
+      this.dataLen += vlen;
+    }
+    this.ksizes.push(key.length);
+    this.vsizes.push(vlen);
+    this.flags.push(flags);
+    this.pgids.push(pgid);
+    this.count++;
+    this.size += ELEMENT_BYTES + key.length + vlen;
+  }
+
+  clear(): void {
+    this.count = 0;
+    this.size = PAGE_HEADER_BYTES;
+    this.ksizes.length = this.vsizes.length = this.flags.length = this.pgids.length = 0;
+    this.dataLen = 0;
+    this.firstKey = undefined;
+  }
+
+  /** The page's bytes into `page` (at least `size` long), as a leaf or a branch. */
+  serialize(page: Buffer, pgid: number, leaf: boolean, overflow: number): void {
+    if (this.count > 0xffff) throw new BoltWriteError(`a page holds at most 65535 elements, not ${this.count}`);
+    writePageHeader(page, pgid, leaf ? PageFlag.leaf : PageFlag.branch, this.count, overflow);
+    let el = PAGE_HEADER_BYTES;
+    let pos = PAGE_HEADER_BYTES + this.count * ELEMENT_BYTES;
+    for (let i = 0; i < this.count; i++, el += ELEMENT_BYTES) {
+      const k = this.ksizes[i]!;
+      const v = this.vsizes[i]!;
+      if (leaf) {
+        page.writeUInt32LE(this.flags[i]!, el);
+        page.writeUInt32LE(pos - el, el + 4);
+        page.writeUInt32LE(k, el + 8);
+        page.writeUInt32LE(v, el + 12);
+      } else {
+        const child = this.pgids[i]!;
+        page.writeUInt32LE(pos - el, el);
+        page.writeUInt32LE(k, el + 4);
+        page.writeUInt32LE(child >>> 0, el + 8);
+        page.writeUInt32LE(Math.floor(child / 2 ** 32), el + 12);
+      }
+      pos += k + v;
+    }
+    this.data.copy(page, PAGE_HEADER_BYTES + this.count * ELEMENT_BYTES, 0, this.dataLen);
+  }
+}
+
+/** One bucket's tree, filled in key order: a pending leaf and a pending page per branch level. */
+class TreeBuilder {
+  private readonly leaf = new PendingPage();
+  private readonly levels: PendingPage[] = [];
+  /** Pages written per level (0: leaves). */
+  private readonly written: number[] = [0];
+  /** The previous key (its first `lastLength` bytes), kept in one buffer: no allocation per entry. */
+  private last = Buffer.allocUnsafe(256);
+  private lastLength = -1;
+
+  constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {}
+
+  /** `value`'s first `valueLength` bytes (all by default) under `key`, after every key put before. */
+  put(key: Uint8Array, value: Uint8Array, flags = 0, valueLength = value.length): void {
+    if (key.length === 0) throw new BoltWriteError(`${this.what}: an empty key`);
+    if (key.length > MAX_KEY_BYTES) throw new BoltWriteError(`${this.what}: a key of ${key.length} bytes (bbolt's limit is ${MAX_KEY_BYTES})`);
+    if (valueLength > MAX_VALUE_BYTES) throw new BoltWriteError(`${this.what}: a value of ${valueLength} bytes (bbolt's limit is ${MAX_VALUE_BYTES})`);
+    if (this.lastLength >= 0 && this.last.compare(key, 0, key.length, 0, this.lastLength) >= 0) {
+      const prev = this.last.toString('hex', 0, this.lastLength);
+      throw new BoltWriteError(`${this.what}: keys out of order (${Buffer.from(key).toString('hex')} after ${prev})`);
+    }
+    if (key.length > this.last.length) this.last = Buffer.allocUnsafe(Math.max(key.length, this.last.length * 2));
+    this.last.set(key, 0);
+    this.lastLength = key.length;
+    if (this.leaf.count > 0 && this.leaf.size + ELEMENT_BYTES + key.length + valueLength > this.pageSize) this.flushLeaf();
+    this.leaf.add(key, value, flags, 0, valueLength);
+  }
+
+  private flushLeaf(): void {
+    const { pgid, page, pages } = this.out.reserve(this.leaf.size);
+    this.leaf.serialize(page, pgid, true, pages - 1);
+    this.written[0]!++;
+    this.addChild(0, this.leaf.firstKey!, pgid);
+    this.leaf.clear();
+  }
+
+  /** A page of level `level` was written: its first key goes to the level above. */
+  private addChild(level: number, key: Buffer, pgid: number): void {
+    let parent = this.levels[level];
+    if (!parent) {
+      parent = this.levels[level] = new PendingPage();
+      this.written[level + 1] = 0;
+    }
+    if (parent.count > 0 && parent.size + ELEMENT_BYTES + key.length > this.pageSize) this.flushBranch(level);
+    parent.add(key, undefined, 0, pgid);
+  }
+
+  private flushBranch(level: number): void {
+    const p = this.levels[level]!;
+    const { pgid, page, pages } = this.out.reserve(p.size);
+    p.serialize(page, pgid, false, pages - 1);
+    this.written[level + 1]!++;
+    const first = p.firstKey!;
+    p.clear();
+    this.addChild(level + 1, first, pgid);
+  }
+
+  /** The bytes of the bucket's one leaf page if it is small enough to be inline (bbolt's rule), else undefined. */
+  inlinePage(): Buffer | undefined {
+    if (this.written[0]! > 0 || this.leaf.size > this.pageSize / 4) return undefined;
+    const page = Buffer.alloc(this.leaf.size);
+    this.leaf.serialize(page, 0, true, 0);
+    return page;
+  }
+
+  /** Writes what is pending; returns the root page. */
+  finish(): number {
+    if (this.leaf.count > 0 || this.written[0] === 0) this.flushLeaf();
+    for (let level = 0; ; level++) {
+      const p = this.levels[level]!;
+      // The level above has one child and nothing written: that child is the root.
+      if (this.written[level + 1] === 0 && p.count === 1) return p.pgids[0]!;
+      this.flushBranch(level);
+    }
+  }
+}
+
+/** Puts `key` with the first `valueLength` bytes of `value` (all of it by default). */
+export type PutEntry = (key: Uint8Array, value: Uint8Array, valueLength?: number) => void;
+export type BucketEntries = Iterable<readonly [Uint8Array, Uint8Array]> | ((put: PutEntry) => void);
+
+export interface BoltWriterOptions {
+  pageSize?: number;
+  /** How many bytes of pages are handed to the sink at once (default 4 MiB). */
+  chunkBytes?: number;
+  /** The transaction id of the newer meta page (default 1). */
+  txid?: number;
+}
+
+/**
+ * Writes one bbolt file: call bucket() for each top-level bucket in name order, then finish().
+ * Nested buckets are not supported (etcd has none).
+ */
+export class BoltWriter {
+  readonly pageSize: number;
+  private readonly out: PageOut;
+  private readonly roots: { name: Buffer; value: Buffer }[] = [];
+  private finished = false;
+
+  constructor(private readonly sink: PageSink, private readonly opts: BoltWriterOptions = {}) {
+    this.pageSize = opts.pageSize ?? DEFAULT_PAGE_SIZE;
+    if (this.pageSize < 1024 || this.pageSize & (this.pageSize - 1)) throw new BoltWriteError(`page size ${this.pageSize} is not a power of two of at least 1024`);
+    this.out = new PageOut(sink, this.pageSize, opts.chunkBytes ?? 4 << 20);
+  }
+
+  /**
+   * A bucket, after every bucket named before it, with its entries in ascending key order (byte
+   * order): an iterable, or a function that calls `put` for each (a key and value are copied
+   * before put returns, so the caller may reuse their buffers).
+   */
+  bucket(name: Uint8Array, entries: BucketEntries): void {
+    if (this.finished) throw new BoltWriteError('the file is finished');
+    const nameBuf = Buffer.from(name);
+    const prev = this.roots[this.roots.length - 1];
+    if (prev && Buffer.compare(prev.name, nameBuf) >= 0) throw new BoltWriteError(`bucket ${nameBuf.toString()} after ${prev.name.toString()}: buckets must come in name order`);
+    const tree = new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`);
+    if (typeof entries === 'function') entries((k, v, len) => tree.put(k, v, 0, len));
+    else for (const [k, v] of entries) tree.put(k, v);
+    const inline = tree.inlinePage();
+    let value: Buffer;
+    if (inline) {
+      value = Buffer.alloc(BUCKET_HEADER_BYTES + inline.length);
+      inline.copy(value, BUCKET_HEADER_BYTES);
+    } else {
+      value = Buffer.alloc(BUCKET_HEADER_BYTES);
+      value.writeBigUInt64LE(BigInt(tree.finish()), 0);
+    }
+    this.roots.push({ name: nameBuf, value });
+  }
+
+  /**
+   * Writes the root bucket, the free list and the meta pages. Returns the file's size: the
+   * sink has then received every page below it.
+   */
+  finish(): { bytes: number; pages: number } {
+    if (this.finished) throw new BoltWriteError('the file is finished');
+    this.finished = true;
+    const root = new TreeBuilder(this.out, this.pageSize, 'the root bucket');
+    for (const { name, value } of this.roots) root.put(name, value, BUCKET_LEAF_FLAG);
+    const rootPgid = root.finish();
+    this.out.flush();
+    const pages = this.out.next;
+    const freelist = Buffer.alloc(this.pageSize);
+    writePageHeader(freelist, FREELIST_PGID, PageFlag.freelist, 0, 0);
+    this.sink(FREELIST_PGID, freelist);
+    const txid = Math.max(1, this.opts.txid ?? 1);
+    const older = metaPage(this.pageSize, rootPgid, pages, txid - 1);
+    const newer = metaPage(this.pageSize, rootPgid, pages, txid);
+    this.sink(0, txid % 2 === 1 ? Buffer.concat([older, newer]) : Buffer.concat([newer, older]));
+    return { bytes: pages * this.pageSize, pages };
+  }
+}
+
+/** A whole bbolt file in memory, for small contents and tests. */
+export function writeBoltFile(buckets: Iterable<{ name: Uint8Array; entries: BucketEntries }>, opts: BoltWriterOptions = {}): Buffer {
+  const parts: { pgid: number; bytes: Buffer }[] = [];
+  const w = new BoltWriter((pgid, bytes) => parts.push({ pgid, bytes: Buffer.from(bytes) }), opts);
+  for (const b of buckets) w.bucket(b.name, b.entries);
+  const { bytes } = w.finish();
+  const file = Buffer.alloc(bytes);
+  for (const p of parts) p.bytes.copy(file, p.pgid * w.pageSize);
+  return file;
+}
