@@ -76,34 +76,28 @@ export function encodeKeyValue(kv: KeyValue): Buffer {
 /** Writes the encoding of `kv` (keyValueSize(kv) bytes) at the start of `buf`. */
 export function writeKeyValue(kv: KeyValue, buf: Uint8Array): void {
   let pos = 0;
-  if (kv.key.length) {
-    buf[pos++] = 0x0a;
-    pos = writeVarint(buf, pos, kv.key.length);
-    buf.set(kv.key, pos);
-    pos += kv.key.length;
-  }
-  if (kv.createRevision) {
-    buf[pos++] = 0x10;
-    pos = writeVarint(buf, pos, kv.createRevision);
-  }
-  if (kv.modRevision) {
-    buf[pos++] = 0x18;
-    pos = writeVarint(buf, pos, kv.modRevision);
-  }
-  if (kv.version) {
-    buf[pos++] = 0x20;
-    pos = writeVarint(buf, pos, kv.version);
-  }
-  if (kv.value.length) {
-    buf[pos++] = 0x2a;
-    pos = writeVarint(buf, pos, kv.value.length);
-    buf.set(kv.value, pos);
-    pos += kv.value.length;
-  }
+  if (kv.key.length) pos = writeBytesField(buf, pos, 0x0a, kv.key);
+  if (kv.createRevision) pos = writeVarintField(buf, pos, 0x10, kv.createRevision);
+  if (kv.modRevision) pos = writeVarintField(buf, pos, 0x18, kv.modRevision);
+  if (kv.version) pos = writeVarintField(buf, pos, 0x20, kv.version);
+  if (kv.value.length) pos = writeBytesField(buf, pos, 0x2a, kv.value);
   if (kv.lease) {
     buf[pos++] = 0x30;
-    pos = writeBigVarint(buf, pos, kv.lease);
+    writeBigVarint(buf, pos, kv.lease);
   }
+}
+
+/** Writes tag `tag` and the varint `v` at `pos`; returns the position after them. */
+function writeVarintField(buf: Uint8Array, pos: number, tag: number, v: number): number {
+  buf[pos++] = tag;
+  return writeVarint(buf, pos, v);
+}
+
+/** Writes tag `tag`, the length of `bytes` and `bytes` at `pos`; returns the position after them. */
+function writeBytesField(buf: Uint8Array, pos: number, tag: number, bytes: Uint8Array): number {
+  pos = writeVarintField(buf, pos, tag, bytes.length);
+  buf.set(bytes, pos);
+  return pos + bytes.length;
 }
 
 /** Decodes a stored KeyValue. key and value are views into `buf`, not copies. */
