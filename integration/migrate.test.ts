@@ -113,6 +113,19 @@ async function assertSameHistory(kvs: EtcdClient, etcd: EtcdClient, through: num
 }
 
 /** Puts, overwrites, deletes, a Txn of several changes, leases (one revoked with its keys). */
+/** Waits for `m` to report it caught up at `rev`, then stops it: it must exit 0. */
+async function catchUpAndStop(m: Migration, rev: number): Promise<void> {
+  await m.waitFor(new RegExp(`^caught up at revision ${rev}$`));
+  assert.equal(await m.stop(), 0, m.lines.join('\n'));
+}
+
+/** catchUpAndStop, then kvs run on `dir` must answer every revision through `last` as etcd does. */
+async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClient, last: number): Promise<void> {
+  await catchUpAndStop(m, last);
+  const node = await startKvs(t, { dataDir: dir });
+  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+}
+
 async function workload(c: EtcdClient, tag: string): Promise<void> {
   for (let i = 0; i < 20; i++) await put(c, `${tag}/k${i % 7}`, `v${i}`);
   await c.call('KV', 'DeleteRange', { key: Buffer.from(`${tag}/k1`) });
@@ -147,8 +160,7 @@ test('kvs migrate follows etcd at its own revisions; kvs run then answers every 
   await etcd.call('KV', 'Compact', { revision: int64(BigInt((await head(etcd)) - 5)), physical: true });
   await put(etcd, 'during/last', 'z');
   const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0, m.lines.join('\n'));
+  await catchUpAndStop(m, last);
   assert.match(m.lines.at(-1)!, new RegExp(`^stopped at revision ${last};`));
 
   const node = await startKvs(t, { dataDir: dir });
@@ -175,11 +187,7 @@ test('a dropped connection resumes from the last applied revision', async (t) =>
   await workload(etcd, 'two');
   proxy.heal();
   const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd, last);
 });
 
 test('a migration stopped long enough for etcd to compact past it starts again from a new snapshot', async (t) => {
@@ -188,18 +196,14 @@ test('a migration stopped long enough for etcd to compact past it starts again f
   await workload(etcd, 'a');
   const dir = await tempDir(t, 'kvs-migrate-');
   let m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
-  await m.waitFor(new RegExp(`^caught up at revision ${await head(etcd)}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, await head(etcd));
   await workload(etcd, 'b');
   await etcd.call('KV', 'Compact', { revision: int64(BigInt(await head(etcd))) });
   await put(etcd, 'c', '1');
   const last = await head(etcd);
   m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/taking a new snapshot$/);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd, last);
 });
 
 test('kvs migrate refuses what it cannot follow, with the reason', async (t) => {
@@ -261,8 +265,7 @@ test('users, roles and auth turned on during the migration (the fence) are follo
   await put(root, '/app/b', '2');
   const last = await head(root);
   await m.waitFor(/^user bob was added on etcd after the snapshot/);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, last);
   assert.match(m.lines.at(-1)!, /--auth-enabled \(etcd has auth enabled\)$/);
 
   const node = await startKvs(t, { dataDir: dir, args: ['--auth-enabled'] });
@@ -293,10 +296,7 @@ test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', as
   const m = startMigrate(t, ['--from', `https://${etcdNode.endpoint}`, '--data-dir', dir, '--cacert', ca.cert, '--cert', client.cert, '--key', client.key]);
   await put(etcd, 'tls/more', '1');
   const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd, last);
 });
 
 test('a migrated data directory seeds a new cluster through the object store; nodes that join catch up on its history', async (t) => {
@@ -308,8 +308,7 @@ test('a migrated data directory seeds a new cluster through the object store; no
   const last = await head(etcd);
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, last);
 
   // n1 starts on the migrated directory and leads; n2 starts with an empty disk.
   const cluster = await startCluster(t, 2, { dataDir: (id) => (id === 'n1' ? dir : undefined) });
@@ -339,8 +338,5 @@ test('kill -9 of kvs migrate while changes stream in: a new run resumes, nothing
   writing = false;
   await writer;
   const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd, last);
 });
