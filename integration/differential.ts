@@ -13,6 +13,7 @@ import { root, service } from '../shared/proto/index.js';
 import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 import { onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 import { prng } from '../testkit/prng.js';
+import { prefixRangeEnd } from '../shared/bytes.js';
 
 export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;
 /** Lease methods; LeaseKeepAlive is sent as one request on a fresh stream. */
@@ -397,13 +398,6 @@ export async function startPair(t: Ctx, args: { etcd?: string[]; kvs?: string[] 
 
 /** The range_end that covers every key starting with `prefix` (etcd's GetPrefixRangeEnd). */
 export function prefixEnd(prefix: string): string {
-  const b = Buffer.from(prefix, 'latin1');
-  for (let i = b.length - 1; i >= 0; i--) {
-    if (b[i]! < 0xff) {
-      b[i]!++;
-      return b.subarray(0, i + 1).toString('latin1');
-    }
-  }
-  return '\0';
+  return prefixRangeEnd(Buffer.from(prefix, 'latin1')).toString('latin1');
 }
 
