@@ -396,6 +396,15 @@ export async function startPair(t: Ctx, args: { etcd?: string[]; kvs?: string[] 
   return d;
 }
 
+/** The revision in a response's header. */
+export const rev = (r: Plain): number => Number(r.header.revision);
+
+/** Fresh key prefixes, `name/1/`, `name/2/`, ...: no case sees another's keys unless it ranges past its prefix on purpose. */
+export function freshPrefixes(): (name: string) => string {
+  let seq = 0;
+  return (name) => `${name}/${++seq}/`;
+}
+
 /** The range_end that covers every key starting with `prefix` (etcd's GetPrefixRangeEnd). */
 export function prefixEnd(prefix: string): string {
   return prefixRangeEnd(Buffer.from(prefix, 'latin1')).toString('latin1');
