@@ -55,9 +55,25 @@ async function benchReport(t: TestContext, args: string[]): Promise<{ report: Re
   return { report: JSON.parse(await readFile(out, 'utf8')) as Report, output };
 }
 
-/** Each workload ran on both systems. */
-function assertBothSystems(report: Report): void {
-  for (const w of report.workloads) assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
+/**
+ * The report holds `workloads`, in that order, each run on both systems; every result is
+ * measured (assertMeasured) and passes `check` (`what`: the workload on the system, for messages).
+ */
+function assertResults(report: Report, workloads: string[], check: (r: Result, what: string, workload: string) => void): void {
+  assert.deepEqual(report.workloads.map((w) => w.workload), workloads);
+  for (const w of report.workloads) {
+    assert.deepEqual(w.results.map((r) => r.system).sort(), ['etcd', 'kvs'], w.workload);
+    for (const r of w.results) {
+      const what = `${w.workload} on ${r.system}`;
+      assertMeasured(r, what);
+      check(r, what, w.workload);
+    }
+  }
+}
+
+/** Each workload has its kvs-to-etcd ratio of ops/s. */
+function assertRatios(report: Report): void {
+  for (const w of report.workloads) assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
 }
 
 const KVS_BIN = fileURLToPath(new URL('../../bin/kvs.js', import.meta.url));
@@ -67,25 +83,19 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
   assert.equal(report.mode, 'kvs-vs-etcd');
   assert.ok(report.machine.cores > 0);
   assert.ok(report.machine.fsync.p50 > 0);
-  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'seq-put-store-local', 'seq-get', 'watch']);
-  assertBothSystems(report);
-  for (const w of report.workloads) {
-    for (const r of w.results) {
-      const what = `${w.workload} on ${r.system}`;
-      assertMeasured(r, what);
-      assert.ok(r.cpuSeconds.server !== null && r.cpuSeconds.server >= 0, `${what}: server CPU`);
-      for (const k of ['fsyncs', 'fsyncsPerSec', 'opsPerFsync'] as const) {
-        assert.ok(k in r && (r[k] === null || (typeof r[k] === 'number' && Number.isFinite(r[k]))), `${what}: ${k} ${r[k]}`);
-      }
-      if (w.workload.startsWith('seq-put')) {
-        // Every put appends to the WAL with an fdatasync: both servers' counters moved.
-        assert.ok(r.fsyncs! > 0 && r.fsyncsPerSec! > 0 && r.opsPerFsync! > 0, `${what}: fsyncs ${r.fsyncs}, ${r.fsyncsPerSec}/s, ${r.opsPerFsync} ops per fsync`);
-      } else {
-        assert.deepEqual([r.fsyncs, r.fsyncsPerSec, r.opsPerFsync], [null, null, null], `${what}: not a write workload`);
-      }
+  assertResults(report, ['seq-put', 'seq-put-store-local', 'seq-get', 'watch'], (r, what, workload) => {
+    assert.ok(r.cpuSeconds.server !== null && r.cpuSeconds.server >= 0, `${what}: server CPU`);
+    for (const k of ['fsyncs', 'fsyncsPerSec', 'opsPerFsync'] as const) {
+      assert.ok(k in r && (r[k] === null || (typeof r[k] === 'number' && Number.isFinite(r[k]))), `${what}: ${k} ${r[k]}`);
     }
-    assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
-  }
+    if (workload.startsWith('seq-put')) {
+      // Every put appends to the WAL with an fdatasync: both servers' counters moved.
+      assert.ok(r.fsyncs! > 0 && r.fsyncsPerSec! > 0 && r.opsPerFsync! > 0, `${what}: fsyncs ${r.fsyncs}, ${r.fsyncsPerSec}/s, ${r.opsPerFsync} ops per fsync`);
+    } else {
+      assert.deepEqual([r.fsyncs, r.fsyncsPerSec, r.opsPerFsync], [null, null, null], `${what}: not a write workload`);
+    }
+  });
+  assertRatios(report);
   assert.match(output, /\| fsyncs\/s \| ops\/fsync \|/);
   assert.match(output, /\| seq-put/);
   assert.match(output, /\| seq-put-store-local/);
@@ -93,16 +103,9 @@ test('bench --quick runs seq-put, seq-put-store-local, seq-get and watch against
 
 test('bench --quick runs json-seq-put and json-par-get (the JSON gateway over HTTP/1.1) against kvs and etcd', { timeout: 90_000 }, async (t) => {
   const { report, output } = await benchReport(t, ['--quick', '--workloads', 'json-seq-put,json-par-get']);
-  assert.deepEqual(report.workloads.map((w) => w.workload), ['json-seq-put', 'json-par-get']);
-  assertBothSystems(report);
-  for (const w of report.workloads) {
-    // A request counts only if its answer was a 200 that parsed as JSON and held what was asked.
-    for (const r of w.results) {
-      assertMeasured(r, `${w.workload} on ${r.system}`);
-      assert.ok(r.bytes > 0, `${w.workload} on ${r.system}: bytes`);
-    }
-    assert.ok(w.ratios && w.ratios.opsPerSec! > 0, `${w.workload}: ratio`);
-  }
+  // A request counts only if its answer was a 200 that parsed as JSON and held what was asked.
+  assertResults(report, ['json-seq-put', 'json-par-get'], (r, what) => assert.ok(r.bytes > 0, `${what}: bytes`));
+  assertRatios(report);
   for (const r of report.workloads[0]!.results) assert.ok(r.fsyncs! > 0, `json-seq-put on ${r.system}: fsyncs ${r.fsyncs}`);
 });
 
@@ -160,17 +163,11 @@ test('bench --quick --client go runs seq-put, par-get, mixed and range with etcd
   // The first build of the Go load generator takes ~45 s; later ones find it up to date.
   const { report, output } = await benchReport(t, ['--quick', '--client', 'go', '--workloads', 'seq-put,par-get,mixed,range']);
   assert.equal(report.settings.client, 'go');
-  assert.deepEqual(report.workloads.map((w) => w.workload), ['seq-put', 'par-get', 'mixed', 'range']);
-  assertBothSystems(report);
-  for (const w of report.workloads) {
-    for (const r of w.results) {
-      const what = `${w.workload} on ${r.system}`;
-      assertMeasured(r, what);
-      assert.ok(r.bytes > 0, `${what}: bytes ${r.bytes}`);
-      // The Go processes' CPU, from /proc/<pid>/stat as for the Node ones.
-      assert.ok(r.cpuSeconds.client > 0, `${what}: client CPU ${r.cpuSeconds.client}`);
-    }
-  }
+  assertResults(report, ['seq-put', 'par-get', 'mixed', 'range'], (r, what) => {
+    assert.ok(r.bytes > 0, `${what}: bytes ${r.bytes}`);
+    // The Go processes' CPU, from /proc/<pid>/stat as for the Node ones.
+    assert.ok(r.cpuSeconds.client > 0, `${what}: client CPU ${r.cpuSeconds.client}`);
+  });
   // range's first response of each client is checked to hold 1,000 key-values; MB/s follows from bytes.
   for (const r of report.workloads[3]!.results) assert.ok(r.metrics.mbPerSec! > 0, `range on ${r.system}: MB/s`);
   assert.match(output, /go client/);

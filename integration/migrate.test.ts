@@ -119,8 +119,9 @@ async function catchUpAndStop(m: Migration, rev: number): Promise<void> {
   assert.equal(await m.stop(), 0, m.lines.join('\n'));
 }
 
-/** catchUpAndStop, then kvs run on `dir` must answer every revision through `last` as etcd does. */
-async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClient, last: number): Promise<void> {
+/** catchUpAndStop at `last` (default: etcd's revision now), then kvs run on `dir` must answer every revision through it as etcd does. */
+async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClient, last?: number): Promise<void> {
+  last ??= await head(etcd);
   await catchUpAndStop(m, last);
   const node = await startKvs(t, { dataDir: dir });
   await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
@@ -186,8 +187,7 @@ test('a dropped connection resumes from the last applied revision', async (t) =>
   await m.waitFor(/^lost etcd/);
   await workload(etcd, 'two');
   proxy.heal();
-  const last = await head(etcd);
-  await assertMigrated(t, m, dir, etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });
 
 test('a migration stopped long enough for etcd to compact past it starts again from a new snapshot', async (t) => {
@@ -295,8 +295,7 @@ test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', as
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', `https://${etcdNode.endpoint}`, '--data-dir', dir, '--cacert', ca.cert, '--cert', client.cert, '--key', client.key]);
   await put(etcd, 'tls/more', '1');
-  const last = await head(etcd);
-  await assertMigrated(t, m, dir, etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });
 
 test('a migrated data directory seeds a new cluster through the object store; nodes that join catch up on its history', async (t) => {
@@ -337,6 +336,5 @@ test('kill -9 of kvs migrate while changes stream in: a new run resumes, nothing
   }
   writing = false;
   await writer;
-  const last = await head(etcd);
-  await assertMigrated(t, m, dir, etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });
