@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { EtcdClient } from '../shared/etcd-client.js';
 import { num, bigint, int64 } from '../shared/proto/index.js';
-import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from '../testkit/harness.js';
+import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, type EtcdNode, onCleanup, runCommand } from '../testkit/harness.js';
 import { TcpProxy } from '../testkit/proxy.js';
 import { makeCa } from '../testkit/certs.js';
 import { startCluster } from '../testkit/node-cluster.js';
@@ -127,6 +127,13 @@ async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClien
   await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
 }
 
+/** A fresh etcd and a client of it; with `tag`, workload(tag) is written to it first. */
+async function freshEtcd(t: Ctx, tag?: string): Promise<{ etcdNode: EtcdNode; etcd: EtcdClient }> {
+  const { etcdNode, etcd } = await freshEtcd(t);
+  if (tag !== undefined) await workload(etcd, tag);
+  return { etcdNode, etcd };
+}
+
 async function workload(c: EtcdClient, tag: string): Promise<void> {
   for (let i = 0; i < 20; i++) await put(c, `${tag}/k${i % 7}`, `v${i}`);
   await c.call('KV', 'DeleteRange', { key: Buffer.from(`${tag}/k1`) });
@@ -150,9 +157,7 @@ async function workload(c: EtcdClient, tag: string): Promise<void> {
 }
 
 test('kvs migrate follows etcd at its own revisions; kvs run then answers every revision as etcd does', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'before');
+  const { etcdNode, etcd } = await freshEtcd(t, 'before');
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/^restored etcd's snapshot/);
@@ -172,8 +177,7 @@ test('kvs migrate follows etcd at its own revisions; kvs run then answers every 
 });
 
 test('a dropped connection resumes from the last applied revision', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const port = Number(etcdNode.endpoint.split(':')[1]);
   const proxy = new TcpProxy({ name: 'etcd', target: () => port });
   onCleanup(t, () => proxy.close());
@@ -191,9 +195,7 @@ test('a dropped connection resumes from the last applied revision', async (t) =>
 });
 
 test('a migration stopped long enough for etcd to compact past it starts again from a new snapshot', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'a');
+  const { etcdNode, etcd } = await freshEtcd(t, 'a');
   const dir = await tempDir(t, 'kvs-migrate-');
   let m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await catchUpAndStop(m, await head(etcd));
@@ -241,8 +243,7 @@ test('kvs migrate refuses what it cannot follow, with the reason', async (t) => 
 });
 
 test('users, roles and auth turned on during the migration (the fence) are followed; passwords come from the snapshot', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const auth = (method: string, req: object) => etcd.call('Auth', method, req);
   await auth('UserAdd', { name: 'root', password: 'rootpw' });
   await auth('RoleAdd', { name: 'root' });
@@ -299,9 +300,7 @@ test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', as
 });
 
 test('a migrated data directory seeds a new cluster through the object store; nodes that join catch up on its history', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'seed');
+  const { etcdNode, etcd } = await freshEtcd(t, 'seed');
   await etcd.call('KV', 'Compact', { revision: int64(BigInt((await head(etcd)) - 4)) });
   await put(etcd, 'seed/last', '1');
   const last = await head(etcd);
@@ -318,8 +317,7 @@ test('a migrated data directory seeds a new cluster through the object store; no
 });
 
 test('kill -9 of kvs migrate while changes stream in: a new run resumes, nothing lost or applied twice', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const dir = await tempDir(t, 'kvs-migrate-');
   let m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/^caught up at revision/);
