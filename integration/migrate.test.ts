@@ -129,7 +129,8 @@ async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClien
 
 /** A fresh etcd and a client of it; with `tag`, workload(tag) is written to it first. */
 async function freshEtcd(t: Ctx, tag?: string): Promise<{ etcdNode: EtcdNode; etcd: EtcdClient }> {
-  const { etcdNode, etcd } = await freshEtcd(t);
+  const etcdNode = await startEtcd(t);
+  const etcd = clientOf(t, etcdNode.endpoint);
   if (tag !== undefined) await workload(etcd, tag);
   return { etcdNode, etcd };
 }
