@@ -1,6 +1,7 @@
 // Benchmark keys and values: 64-byte keys `kvs-bench/<area>/<zero-padded index>` (so byte
 // order is index order and a key range is an index range) and 256-byte random values.
 import { randomBytes, randomUUID } from 'node:crypto';
+import { prefixRangeEnd } from '../shared/bytes.js';
 
 export const KEY_BYTES = 64;
 export const VALUE_BYTES = 256;
@@ -20,15 +21,7 @@ export function key(area: string, index: number): Buffer {
 
 /** The first key after every key that starts with `p` (etcd's prefix range end). */
 export function prefixEnd(p: string): Buffer {
-  const b = Buffer.from(p, 'latin1');
-  for (let i = b.length - 1; i >= 0; i--) {
-    if (b[i]! < 0xff) {
-      const end = Buffer.from(b.subarray(0, i + 1));
-      end[i]!++;
-      return end;
-    }
-  }
-  return Buffer.from([0]);
+  return prefixRangeEnd(Buffer.from(p, 'latin1'));
 }
 
 export function value(bytes = VALUE_BYTES): Buffer {

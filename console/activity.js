@@ -1,26 +1,10 @@
 // Activity: writes/s by op, write latency percentiles, WAL fsync latency and watches over the
 // last minutes, from the node's own metrics (sampled by the supervisor every 2 s).
-import { el, errorBox, fmtMs } from './util.js';
+import { el, refreshing, fmtMs } from './util.js';
 import { lineChart } from './charts.js';
 
-export async function render(root, { get }) {
-  const body = el('div');
-  root.append(el('h2', {}, 'Activity'), body);
-  let stopped = false;
-  let timer;
-  const refresh = async () => {
-    try {
-      body.replaceChildren(view(await get('activity')));
-    } catch (err) {
-      body.replaceChildren(errorBox(err));
-    }
-    if (!stopped) timer = setTimeout(refresh, 2000);
-  };
-  await refresh();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
-  };
+export function render(root, { get }) {
+  return refreshing(root, 'Activity', () => get('activity'), view);
 }
 
 function view(a) {

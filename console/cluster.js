@@ -1,27 +1,10 @@
 // Cluster: every member this node has seen, with role, term, address, applied revision and
 // lag behind the leader (a member that does not answer is down), replication, the leader lock,
 // and a timeline of role changes, elections and resyncs. Refreshed every 2 s.
-import { el, errorBox, table, fmtAgo, fmtTime } from './util.js';
+import { el, errorBox, refreshing, table, fmtAgo, fmtTime } from './util.js';
 
-export async function render(root, { get }) {
-  const body = el('div');
-  root.append(el('h2', {}, 'Cluster'), body);
-  let stopped = false;
-  let timer;
-  const refresh = async () => {
-    try {
-      const c = await get('cluster');
-      body.replaceChildren(view(c));
-    } catch (err) {
-      body.replaceChildren(errorBox(err));
-    }
-    if (!stopped) timer = setTimeout(refresh, 2000);
-  };
-  await refresh();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
-  };
+export function render(root, { get }) {
+  return refreshing(root, 'Cluster', () => get('cluster'), view);
 }
 
 function view(c) {

@@ -93,6 +93,27 @@ export function errorBox(err) {
   return el('div', { class: 'error', 'data-testid': 'error' }, String(err.message ?? err));
 }
 
+/** Shows `title` and, below it, view(await load()) (or the error) in `root`, refreshed every 2 s; returns the stop function. */
+export async function refreshing(root, title, load, view) {
+  const body = el('div');
+  root.append(el('h2', {}, title), body);
+  let stopped = false;
+  let timer;
+  const refresh = async () => {
+    try {
+      body.replaceChildren(view(await load()));
+    } catch (err) {
+      body.replaceChildren(errorBox(err));
+    }
+    if (!stopped) timer = setTimeout(refresh, 2000);
+  };
+  await refresh();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
 export function table(headers, rows, attrs = {}) {
   return el('table', attrs, el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))), el('tbody', {}, rows));
 }

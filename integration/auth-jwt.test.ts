@@ -13,7 +13,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Etcd3 } from 'etcd3';
 import { SignJWT } from 'jose';
 import { decode, encode, service } from '../shared/proto/index.js';
-import { etcdctl, KVS_BIN, onCleanup, pollUntil, runCommand, startEtcd, startKvs, tempDir, type Ctx } from '../testkit/harness.js';
+import { assertKvsRefuses, etcdctl, onCleanup, pollUntil, runKvsRefused, startEtcd, startKvs, tempDir, type Ctx } from '../testkit/harness.js';
 import { makeJwtKeys } from '../testkit/certs.js';
 
 type Unary = (req: Buffer, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Buffer) => void) => void;
@@ -267,14 +267,8 @@ test('malformed --auth-token values: kvs run exits 2 with one line', async (t) =
     [`jwt,sign-method=RS256,priv-key=${rsa.priv},privkey=x`, /^kvs: --auth-token jwt: unknown option "privkey"/],
     ['oauth', /^kvs: --auth-token must be simple or jwt,.*got "oauth"$/],
   ];
-  for (const [value, expected] of cases) {
-    const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1', '--auth-token', value]);
-    assert.equal(r.exitCode, 2, `${value}: ${r.stderr}`);
-    const lines = r.stderr.trimEnd().split('\n');
-    assert.equal(lines.length, 1, r.stderr);
-    assert.match(lines[0]!, expected);
-  }
-  const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1'], { env: { KVS_AUTH_TOKEN: 'jwt' } });
+  for (const [value, expected] of cases) await assertKvsRefuses(dir, ['--auth-token', value], expected);
+  const r = await runKvsRefused(dir, [], { env: { KVS_AUTH_TOKEN: 'jwt' } });
   assert.equal(r.exitCode, 2);
   assert.match(r.stderr, /--auth-token jwt: sign-method is missing/);
 });

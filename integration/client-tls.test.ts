@@ -9,7 +9,7 @@ import path from 'node:path';
 import net from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { KVS_BIN, client, etcdctl, pollUntil, runCommand, startEtcd, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
+import { assertKvsRefuses, client, etcdctl, pollUntil, runKvsRefused, startEtcd, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
 import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
 import { GrpcServer, type ServerCall, type UnaryCallback } from '../shared/grpc/server.js';
 import { service } from '../shared/proto/index.js';
@@ -51,15 +51,9 @@ test('bad client TLS flags: the node refuses to start with one line naming the f
     [[...tlsArgs(server), '--client-tls-ca', garbage], /^kvs: --client-tls-ca \S+garbage\.pem: not a valid PEM certificate/],
     [['--client-tls-cert', server.cert, '--client-tls-key', other.key], /^kvs: --client-tls-cert \S+server\.crt with --client-tls-key \S+other\.key: .*key values mismatch/],
   ];
-  for (const [args, expected] of cases) {
-    const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1', ...args]);
-    assert.equal(r.exitCode, 2, `${args.join(' ')}: ${r.stderr}`);
-    const lines = r.stderr.trimEnd().split('\n');
-    assert.equal(lines.length, 1, r.stderr);
-    assert.match(lines[0]!, expected);
-  }
+  for (const [args, expected] of cases) await assertKvsRefuses(dir, args, expected);
   // The variables work as the flags do.
-  const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1'], { env: { KVS_CLIENT_TLS_CERT: server.cert } });
+  const r = await runKvsRefused(dir, [], { env: { KVS_CLIENT_TLS_CERT: server.cert } });
   assert.equal(r.exitCode, 2);
   assert.match(r.stderr, /--client-tls-cert \S+ needs --client-tls-key/);
 });

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { KVS_BIN, etcdctl, pollUntil, runCommand, tempDir } from '../testkit/harness.js';
+import { assertKvsRefuses, etcdctl, pollUntil, runCommand, runKvsRefused, tempDir } from '../testkit/harness.js';
 import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
 import { leaderOf, startCluster, waitForLeader, type ClusterNode, type TestCluster } from '../testkit/node-cluster.js';
 
@@ -210,15 +210,9 @@ test('bad peer TLS flags: the node refuses to start with one line naming the fla
     [['--peer-tls-ca', ca.cert, '--peer-tls-cert', n1.cert, '--peer-tls-key', n2.key], /^kvs: --peer-tls-key \S+n2\.key is not the private key of --peer-tls-cert \S+n1\.crt$/],
     [tlsArgs(ca, serverOnly), /^kvs: --peer-tls-cert \S+server-only\.crt: its extended key usage lacks clientAuth; /],
   ];
-  for (const [args, expected] of cases) {
-    const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1', ...args]);
-    assert.equal(r.exitCode, 2, `${args.join(' ')}: ${r.stderr}`);
-    const errLines = r.stderr.trimEnd().split('\n');
-    assert.equal(errLines.length, 1, r.stderr);
-    assert.match(errLines[0]!, expected);
-  }
+  for (const [args, expected] of cases) await assertKvsRefuses(dir, args, expected);
   // The variables work as the flags do.
-  const r = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1'], {
+  const r = await runKvsRefused(dir, [], {
     env: { KVS_PEER_TLS_CA: ca.cert, KVS_PEER_TLS_CERT: serverOnly.cert, KVS_PEER_TLS_KEY: serverOnly.key },
   });
   assert.equal(r.exitCode, 2);

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
-import { prefixEnd, startPair, type Differ, type Method, type Plain } from './differential.js';
+import { freshPrefixes, prefixEnd, rev, startPair, type Differ, type Method, type Plain } from './differential.js';
 import { prng } from '../testkit/prng.js';
 
 const ORDERS = ['NONE', 'ASCEND', 'DESCEND'] as const;
@@ -17,14 +17,11 @@ const CMP_RESULTS = ['EQUAL', 'NOT_EQUAL', 'GREATER', 'LESS'] as const;
 /** The target_union field a Compare of `target` carries its operand in. */
 const OPERAND = { VERSION: 'version', CREATE: 'createRevision', MOD: 'modRevision', VALUE: 'value', LEASE: 'lease' } as const;
 
-const rev = (r: Plain): number => Number(r.header.revision);
 const prefixRange = (p: string) => ({ key: p, rangeEnd: prefixEnd(p) });
 
 test('kvs answers the KV API as etcd 3.4 does', { timeout: 120_000 }, async (t) => {
   const d: Differ = await startPair(t);
-  let seq = 0;
-  /** A fresh key prefix: no case sees another's keys unless it ranges past its prefix on purpose. */
-  const fresh = (name: string) => `${name}/${++seq}/`;
+  const fresh = freshPrefixes();
 
   await t.test('put', async () => {
     const p = fresh('put');

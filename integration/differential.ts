@@ -13,6 +13,7 @@ import { root, service } from '../shared/proto/index.js';
 import { startCluster, waitForLeader } from '../testkit/node-cluster.js';
 import { onCleanup, startEtcd, startKvs, type Ctx } from '../testkit/harness.js';
 import { prng } from '../testkit/prng.js';
+import { prefixRangeEnd } from '../shared/bytes.js';
 
 export type Method = 'Range' | 'Put' | 'DeleteRange' | 'Txn' | 'Compact' | LeaseMethod;
 /** Lease methods; LeaseKeepAlive is sent as one request on a fresh stream. */
@@ -395,15 +396,17 @@ export async function startPair(t: Ctx, args: { etcd?: string[]; kvs?: string[] 
   return d;
 }
 
+/** The revision in a response's header. */
+export const rev = (r: Plain): number => Number(r.header.revision);
+
+/** Fresh key prefixes, `name/1/`, `name/2/`, ...: no case sees another's keys unless it ranges past its prefix on purpose. */
+export function freshPrefixes(): (name: string) => string {
+  let seq = 0;
+  return (name) => `${name}/${++seq}/`;
+}
+
 /** The range_end that covers every key starting with `prefix` (etcd's GetPrefixRangeEnd). */
 export function prefixEnd(prefix: string): string {
-  const b = Buffer.from(prefix, 'latin1');
-  for (let i = b.length - 1; i >= 0; i--) {
-    if (b[i]! < 0xff) {
-      b[i]!++;
-      return b.subarray(0, i + 1).toString('latin1');
-    }
-  }
-  return '\0';
+  return prefixRangeEnd(Buffer.from(prefix, 'latin1')).toString('latin1');
 }
 

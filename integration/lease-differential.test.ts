@@ -4,9 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
-import { startPair, prefixEnd, encodeRequest, LEASE, type Differ, type Outcome, type Plain } from './differential.js';
+import { startPair, prefixEnd, rev, encodeRequest, LEASE, type Differ, type Outcome, type Plain } from './differential.js';
 
-const rev = (r: Plain): number => Number(r.header.revision);
 
 function ok(o: Outcome, what: string): Plain {
   if ('error' in o) assert.fail(`${what} failed: ${o.error.code} ${o.error.details}`);

@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { EtcdClient } from '../shared/etcd-client.js';
 import { num, bigint, int64 } from '../shared/proto/index.js';
-import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, onCleanup, runCommand } from '../testkit/harness.js';
+import { KVS_BIN, startEtcd, startKvs, tempDir, type Ctx, type EtcdNode, onCleanup, runCommand } from '../testkit/harness.js';
 import { TcpProxy } from '../testkit/proxy.js';
 import { makeCa } from '../testkit/certs.js';
 import { startCluster } from '../testkit/node-cluster.js';
@@ -113,6 +113,28 @@ async function assertSameHistory(kvs: EtcdClient, etcd: EtcdClient, through: num
 }
 
 /** Puts, overwrites, deletes, a Txn of several changes, leases (one revoked with its keys). */
+/** Waits for `m` to report it caught up at `rev`, then stops it: it must exit 0. */
+async function catchUpAndStop(m: Migration, rev: number): Promise<void> {
+  await m.waitFor(new RegExp(`^caught up at revision ${rev}$`));
+  assert.equal(await m.stop(), 0, m.lines.join('\n'));
+}
+
+/** catchUpAndStop at `last` (default: etcd's revision now), then kvs run on `dir` must answer every revision through it as etcd does. */
+async function assertMigrated(t: Ctx, m: Migration, dir: string, etcd: EtcdClient, last?: number): Promise<void> {
+  last ??= await head(etcd);
+  await catchUpAndStop(m, last);
+  const node = await startKvs(t, { dataDir: dir });
+  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+}
+
+/** A fresh etcd and a client of it; with `tag`, workload(tag) is written to it first. */
+async function freshEtcd(t: Ctx, tag?: string): Promise<{ etcdNode: EtcdNode; etcd: EtcdClient }> {
+  const etcdNode = await startEtcd(t);
+  const etcd = clientOf(t, etcdNode.endpoint);
+  if (tag !== undefined) await workload(etcd, tag);
+  return { etcdNode, etcd };
+}
+
 async function workload(c: EtcdClient, tag: string): Promise<void> {
   for (let i = 0; i < 20; i++) await put(c, `${tag}/k${i % 7}`, `v${i}`);
   await c.call('KV', 'DeleteRange', { key: Buffer.from(`${tag}/k1`) });
@@ -136,9 +158,7 @@ async function workload(c: EtcdClient, tag: string): Promise<void> {
 }
 
 test('kvs migrate follows etcd at its own revisions; kvs run then answers every revision as etcd does', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'before');
+  const { etcdNode, etcd } = await freshEtcd(t, 'before');
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/^restored etcd's snapshot/);
@@ -147,8 +167,7 @@ test('kvs migrate follows etcd at its own revisions; kvs run then answers every 
   await etcd.call('KV', 'Compact', { revision: int64(BigInt((await head(etcd)) - 5)), physical: true });
   await put(etcd, 'during/last', 'z');
   const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0, m.lines.join('\n'));
+  await catchUpAndStop(m, last);
   assert.match(m.lines.at(-1)!, new RegExp(`^stopped at revision ${last};`));
 
   const node = await startKvs(t, { dataDir: dir });
@@ -159,8 +178,7 @@ test('kvs migrate follows etcd at its own revisions; kvs run then answers every 
 });
 
 test('a dropped connection resumes from the last applied revision', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const port = Number(etcdNode.endpoint.split(':')[1]);
   const proxy = new TcpProxy({ name: 'etcd', target: () => port });
   onCleanup(t, () => proxy.close());
@@ -174,32 +192,21 @@ test('a dropped connection resumes from the last applied revision', async (t) =>
   await m.waitFor(/^lost etcd/);
   await workload(etcd, 'two');
   proxy.heal();
-  const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });
 
 test('a migration stopped long enough for etcd to compact past it starts again from a new snapshot', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'a');
+  const { etcdNode, etcd } = await freshEtcd(t, 'a');
   const dir = await tempDir(t, 'kvs-migrate-');
   let m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
-  await m.waitFor(new RegExp(`^caught up at revision ${await head(etcd)}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, await head(etcd));
   await workload(etcd, 'b');
   await etcd.call('KV', 'Compact', { revision: int64(BigInt(await head(etcd))) });
   await put(etcd, 'c', '1');
   const last = await head(etcd);
   m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/taking a new snapshot$/);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd, last);
 });
 
 test('kvs migrate refuses what it cannot follow, with the reason', async (t) => {
@@ -237,8 +244,7 @@ test('kvs migrate refuses what it cannot follow, with the reason', async (t) => 
 });
 
 test('users, roles and auth turned on during the migration (the fence) are followed; passwords come from the snapshot', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const auth = (method: string, req: object) => etcd.call('Auth', method, req);
   await auth('UserAdd', { name: 'root', password: 'rootpw' });
   await auth('RoleAdd', { name: 'root' });
@@ -261,8 +267,7 @@ test('users, roles and auth turned on during the migration (the fence) are follo
   await put(root, '/app/b', '2');
   const last = await head(root);
   await m.waitFor(/^user bob was added on etcd after the snapshot/);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, last);
   assert.match(m.lines.at(-1)!, /--auth-enabled \(etcd has auth enabled\)$/);
 
   const node = await startKvs(t, { dataDir: dir, args: ['--auth-enabled'] });
@@ -292,24 +297,17 @@ test('kvs migrate takes etcdctl\'s TLS flags: a mutual-TLS etcd is followed', as
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', `https://${etcdNode.endpoint}`, '--data-dir', dir, '--cacert', ca.cert, '--cert', client.cert, '--key', client.key]);
   await put(etcd, 'tls/more', '1');
-  const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });
 
 test('a migrated data directory seeds a new cluster through the object store; nodes that join catch up on its history', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
-  await workload(etcd, 'seed');
+  const { etcdNode, etcd } = await freshEtcd(t, 'seed');
   await etcd.call('KV', 'Compact', { revision: int64(BigInt((await head(etcd)) - 4)) });
   await put(etcd, 'seed/last', '1');
   const last = await head(etcd);
   const dir = await tempDir(t, 'kvs-migrate-');
   const m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
+  await catchUpAndStop(m, last);
 
   // n1 starts on the migrated directory and leads; n2 starts with an empty disk.
   const cluster = await startCluster(t, 2, { dataDir: (id) => (id === 'n1' ? dir : undefined) });
@@ -320,8 +318,7 @@ test('a migrated data directory seeds a new cluster through the object store; no
 });
 
 test('kill -9 of kvs migrate while changes stream in: a new run resumes, nothing lost or applied twice', async (t) => {
-  const etcdNode = await startEtcd(t);
-  const etcd = clientOf(t, etcdNode.endpoint);
+  const { etcdNode, etcd } = await freshEtcd(t);
   const dir = await tempDir(t, 'kvs-migrate-');
   let m = startMigrate(t, ['--from', etcdNode.endpoint, '--data-dir', dir]);
   await m.waitFor(/^caught up at revision/);
@@ -338,9 +335,5 @@ test('kill -9 of kvs migrate while changes stream in: a new run resumes, nothing
   }
   writing = false;
   await writer;
-  const last = await head(etcd);
-  await m.waitFor(new RegExp(`^caught up at revision ${last}$`));
-  assert.equal(await m.stop(), 0);
-  const node = await startKvs(t, { dataDir: dir });
-  await assertSameHistory(clientOf(t, node.endpoint), etcd, last);
+  await assertMigrated(t, m, dir, etcd);
 });

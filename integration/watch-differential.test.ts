@@ -5,9 +5,8 @@
 // must (etcd sends a stream's responses in request and revision order) proves it did not.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { prefixEnd, startPair, type Differ, type Plain } from './differential.js';
+import { freshPrefixes, prefixEnd, rev, startPair, type Differ, type Plain } from './differential.js';
 
-const rev = (r: Plain): number => Number(r.header.revision);
 const NOPUT = 'NOPUT';
 const NODELETE = 'NODELETE';
 const DELETE = 1;
@@ -16,8 +15,7 @@ const each = (k: number, n = 1) => Object.fromEntries(Array.from({ length: k }, 
 
 test('kvs answers Watch as etcd 3.4 does', { timeout: 240_000 }, async (t) => {
   const d: Differ = await startPair(t);
-  let seq = 0;
-  const fresh = (name: string) => `${name}/${++seq}/`;
+  const fresh = freshPrefixes();
 
   await t.test('a key, a prefix, a range, from a key', async () => {
     const p = fresh('kinds');

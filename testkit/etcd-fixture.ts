@@ -43,14 +43,19 @@ export function bufferSink(): PageSink & { buffer(): Buffer } {
   };
 }
 
-function leafPage(id: number, items: [Buffer, Buffer, number][], pageSize: number): Buffer {
-  const data = items.reduce((n, [k, v]) => n + k.length + v.length, 0);
-  const span = Math.ceil((HEADER + items.length * ELEMENT + data) / pageSize);
+/** A zeroed page (or run of pages) for `count` elements and `data` bytes of keys and values, its header written. */
+function newPage(id: number, flags: number, count: number, data: number, pageSize: number): Buffer {
+  const span = Math.ceil((HEADER + count * ELEMENT + data) / pageSize);
   const p = Buffer.alloc(span * pageSize);
   p.writeBigUInt64LE(BigInt(id), 0);
-  p.writeUInt16LE(0x02, 8);
-  p.writeUInt16LE(items.length, 10);
+  p.writeUInt16LE(flags, 8);
+  p.writeUInt16LE(count, 10);
   p.writeUInt32LE(span - 1, 12);
+  return p;
+}
+
+function leafPage(id: number, items: [Buffer, Buffer, number][], pageSize: number): Buffer {
+  const p = newPage(id, 0x02, items.length, items.reduce((n, [k, v]) => n + k.length + v.length, 0), pageSize);
   let at = HEADER + items.length * ELEMENT;
   items.forEach(([k, v, flags], i) => {
     const el = HEADER + i * ELEMENT;
@@ -66,13 +71,7 @@ function leafPage(id: number, items: [Buffer, Buffer, number][], pageSize: numbe
 }
 
 function branchPage(id: number, children: [Buffer, number][], pageSize: number): Buffer {
-  const data = children.reduce((n, [k]) => n + k.length, 0);
-  const span = Math.ceil((HEADER + children.length * ELEMENT + data) / pageSize);
-  const p = Buffer.alloc(span * pageSize);
-  p.writeBigUInt64LE(BigInt(id), 0);
-  p.writeUInt16LE(0x01, 8);
-  p.writeUInt16LE(children.length, 10);
-  p.writeUInt32LE(span - 1, 12);
+  const p = newPage(id, 0x01, children.length, children.reduce((n, [k]) => n + k.length, 0), pageSize);
   let at = HEADER + children.length * ELEMENT;
   children.forEach(([k, child], i) => {
     const el = HEADER + i * ELEMENT;

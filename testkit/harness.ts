@@ -16,7 +16,7 @@ import { Etcd3 } from 'etcd3';
 import { socketPath } from '../shared/config.js';
 import { service } from '../shared/proto/index.js';
 import {
-  REPO_ROOT, TailBuffer, cleanEnv, describeExit, drained, killQuietly, launch, onCleanup, reapGroup, reservePort, run, tail, tempDir, terminate,
+  REPO_ROOT, TailBuffer, cleanEnv, describeExit, drained, killQuietly, launch, onCleanup, reapGroup, reservePort, run, runCommand, tail, tempDir, terminate,
   type Ctx, type CmdOptions, type CmdResult, type ExitInfo, type Proc,
 } from './process.js';
 // The harness is the tests' one import: the process plumbing is theirs through it.
@@ -382,6 +382,20 @@ export async function startKvs(t: Ctx, opts: KvsOptions = {}): Promise<KvsNode> 
 }
 
 // ---------------------------------------------------------------- commands and clients
+
+/** `kvs run` with `args` on a data directory under `dir`, listening nowhere it could: its result (for flags it must refuse). */
+export function runKvsRefused(dir: string, args: string[], opts: CmdOptions = {}): Promise<CmdResult> {
+  return runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:1', ...args], opts);
+}
+
+/** `kvs run` with `args` refuses to start: exit code 2 and one line on stderr, matching `expected`. */
+export async function assertKvsRefuses(dir: string, args: string[], expected: RegExp): Promise<void> {
+  const r = await runKvsRefused(dir, args);
+  assert.equal(r.exitCode, 2, `${args.join(' ')}: ${r.stderr}`);
+  const lines = r.stderr.trimEnd().split('\n');
+  assert.equal(lines.length, 1, r.stderr);
+  assert.match(lines[0]!, expected);
+}
 
 /** Run `/usr/bin/etcdctl --endpoints=<endpoint> ...args` with ETCDCTL_API=3 (other ETCDCTL_* dropped). */
 export function etcdctl(endpoint: string, args: string[], opts: CmdOptions = {}): Promise<CmdResult> {

@@ -7,8 +7,8 @@
 // supervisor, so "owned by node n" = held by a process in the tree of n's supervisor. This works
 // for any component that dials (peer streams, forwarded writes, archiver uploads) without
 // asking the node anything, and needs no privileges: the harness started these processes.
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { processTree } from './proc.js';
+import { readFileSync, readlinkSync } from 'node:fs';
+import { procEntries, processTree } from './proc.js';
 
 /** inode of the loopback socket 127.0.0.1:localPort → 127.0.0.1:remotePort, from /proc/net/tcp{,6}. */
 function socketInode(localPort: number, remotePort: number): string | undefined {
@@ -32,13 +32,7 @@ function socketInode(localPort: number, remotePort: number): string | undefined 
 }
 
 function holds(pid: number, link: string): boolean {
-  let fds: string[];
-  try {
-    fds = readdirSync(`/proc/${pid}/fd`);
-  } catch {
-    return false;
-  }
-  for (const fd of fds) {
+  for (const fd of procEntries(`/proc/${pid}/fd`)) {
     try {
       if (readlinkSync(`/proc/${pid}/fd/${fd}`) === link) return true;
     } catch {

@@ -22,21 +22,23 @@ function read(file: string): string | undefined {
   }
 }
 
+/** The names in a /proc directory; none when it is gone (the process exited). */
+export function procEntries(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
 function children(pid: number): number[] {
   const out: number[] = [];
-  let tasks: string[];
-  try {
-    tasks = readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return out;
-  }
-  for (const tid of tasks) {
+  for (const tid of procEntries(`/proc/${pid}/task`)) {
     for (const c of (read(`/proc/${pid}/task/${tid}/children`) ?? '').split(' ')) if (c) out.push(Number(c));
   }
   return out;
 }
 
-/** `pid` and all its descendants that are alive now. */
 export function processTree(pid: number): number[] {
   const all: number[] = [];
   const todo = [pid];
@@ -133,25 +135,25 @@ export function processCosts(before: readonly ProcessSample[], after: readonly P
   return out;
 }
 
-/**
- * Sum of the proportional set sizes (Pss: each shared page divided among the processes that
- * map it, so LMDB's file pages mapped by two kvs processes count once), in bytes.
- */
-export function pssBytes(pids: readonly number[]): number {
+/** Sum over `pids` of the kB figure `re` finds in /proc/<pid>/`file`, in bytes. */
+function sumKb(pids: readonly number[], file: string, re: RegExp): number {
   let kb = 0;
   for (const pid of pids) {
-    const m = /^Pss:\s+(\d+) kB/m.exec(read(`/proc/${pid}/smaps_rollup`) ?? '');
+    const m = re.exec(read(`/proc/${pid}/${file}`) ?? '');
     if (m) kb += Number(m[1]);
   }
   return kb * 1024;
 }
 
+/**
+ * Sum of the proportional set sizes (Pss: each shared page divided among the processes that
+ * map it, so LMDB's file pages mapped by two kvs processes count once), in bytes.
+ */
+export function pssBytes(pids: readonly number[]): number {
+  return sumKb(pids, 'smaps_rollup', /^Pss:\s+(\d+) kB/m);
+}
+
 /** Sum of VmRSS of the given processes, in bytes. */
 export function rssBytes(pids: readonly number[]): number {
-  let kb = 0;
-  for (const pid of pids) {
-    const m = /^VmRSS:\s+(\d+) kB/m.exec(read(`/proc/${pid}/status`) ?? '');
-    if (m) kb += Number(m[1]);
-  }
-  return kb * 1024;
+  return sumKb(pids, 'status', /^VmRSS:\s+(\d+) kB/m);
 }

@@ -18,11 +18,20 @@ function jsonOp(ctx: OpContext, one: (c: JsonClient) => Promise<Buffer>): Op {
   return Object.assign(() => one(c), { close: () => c.close() });
 }
 
-function put(name: string, clients: number, baseline: string): Workload {
+/** A workload of `clients` JSON clients doing `what`, compared with the gRPC workload `baseline`. */
+function jsonWorkload(name: string, clients: number, baseline: string, what: string, w: Pick<Workload, 'preload' | 'op' | 'fsyncs'>): Workload {
   return {
     name,
-    summary: `JSON gateway: POST /v3/kv/put of a random key, ${clients === 1 ? '1 client' : `${clients} clients`} (HTTP/1.1 keep-alive)`,
+    summary: `JSON gateway: ${what}, ${clients === 1 ? '1 client' : `${clients} clients`} (HTTP/1.1 keep-alive)`,
     clients,
+    ...w,
+    baseline,
+    metrics: baselineMetrics(baseline),
+  };
+}
+
+function put(name: string, clients: number, baseline: string): Workload {
+  return jsonWorkload(name, clients, baseline, 'POST /v3/kv/put of a random key', {
     preload: false,
     op: (ctx) => {
       const value = ctx.value.toString('base64');
@@ -34,16 +43,11 @@ function put(name: string, clients: number, baseline: string): Workload {
       });
     },
     fsyncs: true,
-    baseline,
-    metrics: baselineMetrics(baseline),
-  };
+  });
 }
 
 function get(name: string, clients: number, baseline: string): Workload {
-  return {
-    name,
-    summary: `JSON gateway: POST /v3/kv/range of one preloaded key, ${clients === 1 ? '1 client' : `${clients} clients`} (HTTP/1.1 keep-alive)`,
-    clients,
+  return jsonWorkload(name, clients, baseline, 'POST /v3/kv/range of one preloaded key', {
     preload: true,
     op: (ctx) =>
       jsonOp(ctx, async (c) => {
@@ -53,9 +57,7 @@ function get(name: string, clients: number, baseline: string): Workload {
         if (!Array.isArray(kvs) || kvs.length !== 1 || kvs[0]?.key !== k) throw new Error(`range: expected the one key-value asked for, got ${raw.toString().slice(0, 200)}`);
         return raw;
       }),
-    baseline,
-    metrics: baselineMetrics(baseline),
-  };
+  });
 }
 
 export const jsonSeqPut = put('json-seq-put', 1, 'seq-put');

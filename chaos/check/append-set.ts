@@ -23,30 +23,28 @@ export interface AppendAttempt {
   readonly outcome: AppendOutcome;
 }
 
-export interface AppendSetKeyReport {
-  readonly key: string;
+/** The ways a key's final read can disagree with its appends. */
+const ANOMALIES = ['lost', 'unexpected', 'failedButPresent', 'duplicated'] as const;
+type Anomaly = (typeof ANOMALIES)[number];
+/** Of each anomaly: for a key, its values; for the whole run, how many. */
+type Anomalies<V> = { readonly [A in Anomaly]: V };
+
+/** The appends by outcome, as a key and the whole run count them. */
+interface AppendCounts {
   readonly attempted: number;
   readonly acknowledged: number;
-  /** Values in the final read. */
-  readonly read: number;
-  readonly lost: readonly string[];
-  readonly unexpected: readonly string[];
-  readonly failedButPresent: readonly string[];
-  readonly duplicated: readonly string[];
   readonly unknownPresent: number;
   readonly unknownAbsent: number;
 }
 
-export interface AppendSetReport {
+export interface AppendSetKeyReport extends AppendCounts, Anomalies<readonly string[]> {
+  readonly key: string;
+  /** Values in the final read. */
+  readonly read: number;
+}
+
+export interface AppendSetReport extends AppendCounts, Anomalies<number> {
   readonly ok: boolean;
-  readonly attempted: number;
-  readonly acknowledged: number;
-  readonly lost: number;
-  readonly unexpected: number;
-  readonly failedButPresent: number;
-  readonly duplicated: number;
-  readonly unknownPresent: number;
-  readonly unknownAbsent: number;
   /** Keys appended to that have no final read. */
   readonly unreadKeys: readonly string[];
   /** Keys with anything wrong, in key order. */
@@ -104,7 +102,7 @@ export function checkAppendSet(
     keys.push({ key, attempted: attempted.size, acknowledged, read: read.length, lost, unexpected, failedButPresent, duplicated, unknownPresent, unknownAbsent });
   }
   const sum = (f: (k: AppendSetKeyReport) => number): number => keys.reduce((s, k) => s + f(k), 0);
-  const badKeys = keys.filter((k) => k.lost.length + k.unexpected.length + k.failedButPresent.length + k.duplicated.length > 0);
+  const badKeys = keys.filter((k) => ANOMALIES.some((a) => k[a].length > 0));
   let attemptedUnread = 0;
   let ackUnread = 0;
   for (const k of unreadKeys) {
@@ -116,10 +114,7 @@ export function checkAppendSet(
     ok: badKeys.length === 0 && unreadKeys.length === 0,
     attempted: sum((k) => k.attempted) + attemptedUnread,
     acknowledged: sum((k) => k.acknowledged) + ackUnread,
-    lost: sum((k) => k.lost.length),
-    unexpected: sum((k) => k.unexpected.length),
-    failedButPresent: sum((k) => k.failedButPresent.length),
-    duplicated: sum((k) => k.duplicated.length),
+    ...(Object.fromEntries(ANOMALIES.map((a) => [a, sum((k) => k[a].length)])) as Anomalies<number>),
     unknownPresent: sum((k) => k.unknownPresent),
     unknownAbsent: sum((k) => k.unknownAbsent),
     unreadKeys,

@@ -6,8 +6,8 @@
 // and broken JSON bodies; some connections are plain garbage. State-changing routes never get
 // the X-Kvs-Console header exactly right, so no case compacts, checkpoints or restarts anything:
 // the node must refuse them all, answer or close every connection, and keep its data.
-import net from 'node:net';
 import type { Case, CaseResult } from './cases.js';
+import { exchange, outcomeOf, type Plan } from './http1-exchange.js';
 import type { Rand } from './random.js';
 
 export const CONSOLE_ANSWER_MS = 5000;
@@ -71,12 +71,6 @@ function headerLines(rand: Rand, action: boolean, bodyText: string): string[] {
   return h;
 }
 
-interface Plan {
-  kind: string;
-  describe: string;
-  bytes: Buffer;
-}
-
 function plan(rand: Rand): Plan {
   if (rand.chance(0.05)) {
     const g = rand.pick([rand.bytes(rand.range(1, 300)), Buffer.from('\x16\x03\x01\x00\x05hello'), Buffer.from('GET / HTTP/9.9\r\n\r\n'), Buffer.from('GET /api/keys\r\n')]);
@@ -92,30 +86,6 @@ function plan(rand: Rand): Plan {
   return { kind: action ? 'console-action' : path.startsWith('/api/') ? 'console-read' : 'console-other', describe: `${method} ${target.slice(0, 120)}${bodyText ? ` with ${bodyText.length} body bytes` : ''}`, bytes };
 }
 
-/** Writes the bytes, half-closes after `halfCloseMs`, waits up to `answerMs` for the server to close. */
-function exchange(endpoint: string, bytes: Buffer, halfCloseMs: number, answerMs: number): Promise<{ closed: boolean; received: Buffer }> {
-  const [host, port] = endpoint.split(':') as [string, string];
-  return new Promise((resolve) => {
-    const received: Buffer[] = [];
-    let closed = false;
-    let timer: NodeJS.Timeout | undefined;
-    const socket = net.connect(Number(port), host, () => {
-      socket.write(bytes);
-      setTimeout(() => {
-        if (!socket.destroyed) socket.end();
-        timer = setTimeout(() => socket.destroy(), answerMs);
-      }, halfCloseMs).unref();
-    });
-    socket.on('data', (d: Buffer) => received.push(d));
-    socket.on('end', () => (closed = true));
-    socket.on('error', (err: NodeJS.ErrnoException) => (closed ||= err.code === 'ECONNRESET' || err.code === 'EPIPE'));
-    socket.on('close', () => {
-      clearTimeout(timer);
-      resolve({ closed, received: Buffer.concat(received) });
-    });
-  });
-}
-
 export function consoleCase(rand: Rand): Case {
   const p = plan(rand);
   const halfCloseMs = rand.pick([0, 100, 500]);
@@ -127,13 +97,13 @@ export function consoleCase(rand: Rand): Case {
     },
     writes: [p.bytes],
     async run(endpoint, answerMs = CONSOLE_ANSWER_MS): Promise<CaseResult> {
-      const r = await exchange(endpoint, p.bytes, halfCloseMs, answerMs);
+      const r = await exchange(endpoint, [{ bytes: p.bytes, pauseMs: 0 }], halfCloseMs, answerMs);
       const text = r.received.toString('latin1');
       const statuses = [...text.matchAll(/HTTP\/1\.[01] (\d{3})/g)].map((m) => m[1]);
       report = `; answered ${statuses.join(', ') || `${r.received.length} bytes`}`;
       // An action that got through would have changed the node: the fuzzer never sends one.
       if (p.kind === 'console-action' && statuses.some((s) => s === '200')) throw new Error(`a state-changing request was accepted: ${p.describe}`);
-      return { outcome: r.closed ? (r.received.length ? 'answered' : 'closed') : 'hung' };
+      return outcomeOf(r);
     },
   };
 }

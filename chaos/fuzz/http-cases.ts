@@ -9,7 +9,6 @@
 // garbage. The bytes are cut into writes at random places, sometimes with a short stall between
 // two; then the client half-closes. Every connection is checked as a whole by the scratch guard
 // (http-guard.ts) before it is sent, and drawn again if a write could leave the scratch space.
-import net from 'node:net';
 import type protobuf from 'protobufjs';
 import { ROUTES } from '../../services/gateway/json/routes.js';
 import type { Case, CaseResult } from './cases.js';
@@ -18,6 +17,7 @@ import { connectionStaysInScratch, gatewayRoute, type GatewayRoute } from './htt
 import { randomMessage } from './protobuf-fuzz.js';
 import type { Rand } from './random.js';
 import { SCRATCH } from './scratch-guard.js';
+import { exchange, outcomeOf, type Plan, type Write } from './http1-exchange.js';
 
 /** How long the server has to close a connection once the client has half-closed it. */
 export const HTTP_ANSWER_MS = 5000;
@@ -426,18 +426,6 @@ function garbage(rand: Rand): { bytes: Buffer; note: string } {
 
 // ---------------------------------------------------------------- the connection
 
-interface Write {
-  bytes: Buffer;
-  /** Pause before this write (ms). */
-  pauseMs: number;
-}
-
-interface Plan {
-  kind: string;
-  describe: string;
-  bytes: Buffer;
-}
-
 function plan(rand: Rand): Plan {
   if (rand.chance(0.08)) {
     const g = garbage(rand);
@@ -482,41 +470,6 @@ function schedule(rand: Rand, bytes: Buffer): { writes: Write[]; stalled: number
   return { writes, stalled };
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
-
-/**
- * Writes on a fresh connection, half-closes `halfCloseMs` after the last write, and waits up to
- * `answerMs` more for the server to close. (A fixed delay, not "once the server is quiet": a
- * watch on the scratch prefix may never be quiet while other cases write there.)
- */
-function exchange(endpoint: string, writes: Write[], halfCloseMs: number, answerMs: number): Promise<{ closed: boolean; received: Buffer }> {
-  const [host, port] = endpoint.split(':') as [string, string];
-  return new Promise((resolve) => {
-    const received: Buffer[] = [];
-    let closed = false;
-    let timer: NodeJS.Timeout | undefined;
-    const socket = net.connect(Number(port), host, () => {
-      void (async () => {
-        for (const w of writes) {
-          if (w.pauseMs) await sleep(w.pauseMs);
-          if (socket.destroyed) return;
-          socket.write(w.bytes);
-        }
-        await sleep(halfCloseMs);
-        if (!socket.destroyed) socket.end();
-        timer = setTimeout(() => socket.destroy(), answerMs);
-      })();
-    });
-    socket.on('data', (d: Buffer) => received.push(d));
-    socket.on('end', () => (closed = true));
-    socket.on('error', (err: NodeJS.ErrnoException) => (closed ||= err.code === 'ECONNRESET' || err.code === 'EPIPE'));
-    socket.on('close', () => {
-      clearTimeout(timer);
-      resolve({ closed, received: Buffer.concat(received) });
-    });
-  });
-}
-
 /** The responses in `buf`, for a replay's report: each status line, and the error's message if it has one. */
 function responses(buf: Buffer): string[] {
   const text = buf.toString('latin1');
@@ -551,7 +504,7 @@ export async function httpCase(rand: Rand): Promise<Case> {
     async run(endpoint, answerMs = HTTP_ANSWER_MS): Promise<CaseResult> {
       const r = await exchange(endpoint, writes, halfCloseMs, answerMs);
       report = `; answered ${responses(r.received).join(', ') || `${r.received.length} bytes`}`;
-      return { outcome: r.closed ? (r.received.length ? 'answered' : 'closed') : 'hung' };
+      return outcomeOf(r);
     },
   };
 }

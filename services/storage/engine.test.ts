@@ -179,12 +179,39 @@ test('sync upload: a batch is in the WAL but invisible to readers until uploaded
   await engine.close();
 });
 
+/** The free-space floor of the tests below, and a disk whose free bytes and clock a test sets. */
+const FLOOR = 64 * 1024 * 1024;
+class FakeDisk {
+  clock = 0;
+  constructor(public free: number) {}
+  space(dir: string): DiskSpace {
+    return new DiskSpace(dir, FLOOR, () => this.free, () => this.clock);
+  }
+}
+
+/** The WAL records a single node writes for these puts. */
+async function walRecordsOf(t: { after(fn: () => unknown): void }, puts: [string, string][]): Promise<{ index: bigint; payload: Buffer }[]> {
+  const dir = tempDir(t);
+  const leader = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
+  for (const [k, v] of puts) assert.equal((await put(leader, k, v)).code, 0);
+  const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
+  await leader.close();
+  return records;
+}
+
+/** A cluster engine on `disk`, a follower of term 1. */
+async function followerOn(t: { after(fn: () => unknown): void }, disk: FakeDisk): Promise<{ follower: Engine; dir: string }> {
+  const dir = tempDir(t);
+  const follower = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir), cluster: { memberId: '2', clusterId: '1' } });
+  t.after(() => follower.close());
+  await follower.becomeFollower('follower', 1);
+  return { follower, dir };
+}
+
 test('writes are refused while the disk is below the free-space floor, and go through once space is back', async (t) => {
   const dir = tempDir(t);
-  let free = 10 * 1024 * 1024;
-  let clock = 0;
-  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
-  const engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space });
+  const disk = new FakeDisk(10 * 1024 * 1024);
+  const engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir) });
   t.after(() => engine.close());
   const [r1, r2] = await Promise.all([put(engine, 'a', '1'), put(engine, 'b', '2')]);
   for (const r of [r1, r2]) {
@@ -194,9 +221,9 @@ test('writes are refused while the disk is below the free-space floor, and go th
   assert.equal(engine.wal.lastIndex, 0n, 'nothing reached the WAL');
   assert.equal(engine.executor.revision, 1);
 
-  free = 1024 * 1024 * 1024;
+  disk.free = 1024 * 1024 * 1024;
   assert.equal((await put(engine, 'a', '1')).code, 8, 'a reading is kept for a moment');
-  clock += 1000;
+  disk.clock += 1000;
   const ok = await put(engine, 'a', '1');
   assert.equal(ok.code, 0, ok.message);
   assert.equal(num(decode<any>('etcdserverpb.PutResponse', ok.body!).header.revision), 2);
@@ -205,24 +232,15 @@ test('writes are refused while the disk is below the free-space floor, and go th
 
 test('a follower below the free-space floor takes no replicated entries (nothing appended, nothing applied), and takes them once space is back', async (t) => {
   // The leader's entries: a single node's WAL records.
-  const leaderDir = tempDir(t);
-  const leader = openEngine(openMvcc(leaderDir, { readOnly: false, writemap: true }), leaderDir, log);
-  for (const [k, v] of [['a', '1'], ['b', '2'], ['c', '3']]) assert.equal((await put(leader, k, v)).code, 0);
-  const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
-  await leader.close();
+  const records = await walRecordsOf(t, [['a', '1'], ['b', '2'], ['c', '3']]);
   assert.equal(records.length, 3);
 
-  const dir = tempDir(t);
-  let free = 10 * 1024 * 1024;
-  let clock = 0;
-  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
-  const follower = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space, cluster: { memberId: '2', clusterId: '1' } });
-  t.after(() => follower.close());
-  await follower.becomeFollower('follower', 1);
+  const disk = new FakeDisk(10 * 1024 * 1024);
+  const { follower, dir } = await followerOn(t, disk);
   assert.throws(() => follower.appendReplicated(records.slice(0, 2), 1), (err: unknown) => {
     assert.ok(err instanceof FreeSpaceError);
     assert.equal(err.code, 8); // RESOURCE_EXHAUSTED
-    assert.deepEqual([err.dir, err.freeBytes, err.minFreeBytes], [dir, free, 64 * 1024 * 1024]);
+    assert.deepEqual([err.dir, err.freeBytes, err.minFreeBytes], [dir, disk.free, FLOOR]);
     assert.match(err.message, /10\.0 MiB free on the filesystem of .* at least 64\.0 MiB must stay free/);
     return true;
   });
@@ -231,8 +249,8 @@ test('a follower below the free-space floor takes no replicated entries (nothing
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [0, 0, 1], 'nothing appended or applied');
   assert.equal(liveVersion(follower.db, Buffer.from('a')), undefined);
 
-  free = 1024 * 1024 * 1024;
-  clock += 1000;
+  disk.free = 1024 * 1024 * 1024;
+  disk.clock += 1000;
   follower.appendReplicated(records.slice(0, 2), 1);
   assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
   // As storage takes a batch (peer-attach.ts): appended first (the ACK leaves), applied after.
@@ -244,31 +262,22 @@ test('a follower below the free-space floor takes no replicated entries (nothing
 });
 
 test('a follower with staged entries does not become leader below the free-space floor (applying them could SIGBUS), and does once space is back', async (t) => {
-  const leaderDir = tempDir(t);
-  const leader = openEngine(openMvcc(leaderDir, { readOnly: false, writemap: true }), leaderDir, log);
-  for (const [k, v] of [['a', '1'], ['b', '2']]) assert.equal((await put(leader, k, v)).code, 0);
-  const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
-  await leader.close();
+  const records = await walRecordsOf(t, [['a', '1'], ['b', '2']]);
 
-  const dir = tempDir(t);
-  let free = 1024 * 1024 * 1024;
-  let clock = 0;
-  const space = new DiskSpace(dir, 64 * 1024 * 1024, () => free, () => clock);
-  const follower = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space, cluster: { memberId: '2', clusterId: '1' } });
-  t.after(() => follower.close());
-  await follower.becomeFollower('follower', 1);
+  const disk = new FakeDisk(1024 * 1024 * 1024);
+  const { follower } = await followerOn(t, disk);
   follower.appendReplicated(records, 1); // the second is staged: appended, not yet committed
   assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
   await follower.becomeFollower('none', 1);
 
-  free = 10 * 1024 * 1024;
-  clock += 1000;
+  disk.free = 10 * 1024 * 1024;
+  disk.clock += 1000;
   assert.throws(() => follower.becomeLeader(2), FreeSpaceError);
   assert.equal(follower.role, 'none');
   assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1], 'the staged entry is kept, unapplied');
 
-  free = 1024 * 1024 * 1024;
-  clock += 1000;
+  disk.free = 1024 * 1024 * 1024;
+  disk.clock += 1000;
   follower.becomeLeader(2);
   assert.equal(follower.role, 'leader');
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [2, 2, 3]);

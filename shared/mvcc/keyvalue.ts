@@ -76,34 +76,28 @@ export function encodeKeyValue(kv: KeyValue): Buffer {
 /** Writes the encoding of `kv` (keyValueSize(kv) bytes) at the start of `buf`. */
 export function writeKeyValue(kv: KeyValue, buf: Uint8Array): void {
   let pos = 0;
-  if (kv.key.length) {
-    buf[pos++] = 0x0a;
-    pos = writeVarint(buf, pos, kv.key.length);
-    buf.set(kv.key, pos);
-    pos += kv.key.length;
-  }
-  if (kv.createRevision) {
-    buf[pos++] = 0x10;
-    pos = writeVarint(buf, pos, kv.createRevision);
-  }
-  if (kv.modRevision) {
-    buf[pos++] = 0x18;
-    pos = writeVarint(buf, pos, kv.modRevision);
-  }
-  if (kv.version) {
-    buf[pos++] = 0x20;
-    pos = writeVarint(buf, pos, kv.version);
-  }
-  if (kv.value.length) {
-    buf[pos++] = 0x2a;
-    pos = writeVarint(buf, pos, kv.value.length);
-    buf.set(kv.value, pos);
-    pos += kv.value.length;
-  }
+  if (kv.key.length) pos = writeBytesField(buf, pos, 0x0a, kv.key);
+  if (kv.createRevision) pos = writeVarintField(buf, pos, 0x10, kv.createRevision);
+  if (kv.modRevision) pos = writeVarintField(buf, pos, 0x18, kv.modRevision);
+  if (kv.version) pos = writeVarintField(buf, pos, 0x20, kv.version);
+  if (kv.value.length) pos = writeBytesField(buf, pos, 0x2a, kv.value);
   if (kv.lease) {
     buf[pos++] = 0x30;
-    pos = writeBigVarint(buf, pos, kv.lease);
+    writeBigVarint(buf, pos, kv.lease);
   }
+}
+
+/** Writes tag `tag` and the varint `v` at `pos`; returns the position after them. */
+function writeVarintField(buf: Uint8Array, pos: number, tag: number, v: number): number {
+  buf[pos++] = tag;
+  return writeVarint(buf, pos, v);
+}
+
+/** Writes tag `tag`, the length of `bytes` and `bytes` at `pos`; returns the position after them. */
+function writeBytesField(buf: Uint8Array, pos: number, tag: number, bytes: Uint8Array): number {
+  pos = writeVarintField(buf, pos, tag, bytes.length);
+  buf.set(bytes, pos);
+  return pos + bytes.length;
 }
 
 /** Decodes a stored KeyValue. key and value are views into `buf`, not copies. */
@@ -114,48 +108,40 @@ export function decodeKeyValue(buf: Uint8Array): KeyValue {
   while (pos < end) {
     const tag = buf[pos++];
     const wire = tag & 7;
-    if (wire === 0) {
-      // varint: read as bigint only for the lease field, numbers otherwise
-      if (tag >> 3 === 6) {
-        let v = 0n;
-        let shift = 0n;
-        let b: number;
-        do {
-          b = buf[pos++];
-          v |= BigInt(b & 0x7f) << shift;
-          shift += 7n;
-        } while (b & 0x80);
-        kv.lease = BigInt.asIntN(64, v);
-        continue;
-      }
-      let v = 0;
-      let mul = 1;
+    if (wire !== 0 && wire !== 2) throw new Error(`corrupt KeyValue record: unexpected wire type ${wire}`);
+    if (wire === 0 && tag >> 3 === 6) {
+      // the lease field: read as bigint (every other varint as a number)
+      let v = 0n;
+      let shift = 0n;
       let b: number;
       do {
         b = buf[pos++];
-        v += (b & 0x7f) * mul;
-        mul *= 128;
+        v |= BigInt(b & 0x7f) << shift;
+        shift += 7n;
       } while (b & 0x80);
-      switch (tag >> 3) {
+      kv.lease = BigInt.asIntN(64, v);
+      continue;
+    }
+    // a number varint: the value of fields 2-4, or the length of field 1 or 5
+    let v = 0;
+    let mul = 1;
+    let b: number;
+    do {
+      b = buf[pos++];
+      v += (b & 0x7f) * mul;
+      mul *= 128;
+    } while (b & 0x80);
+    const field = tag >> 3;
+    if (wire === 0) {
+      switch (field) {
         case 2: kv.createRevision = v; break;
         case 3: kv.modRevision = v; break;
         case 4: kv.version = v; break;
       }
-    } else if (wire === 2) {
-      let len = 0;
-      let mul = 1;
-      let b: number;
-      do {
-        b = buf[pos++];
-        len += (b & 0x7f) * mul;
-        mul *= 128;
-      } while (b & 0x80);
-      const field = tag >> 3;
-      if (field === 1) kv.key = buf.subarray(pos, pos + len);
-      else if (field === 5) kv.value = buf.subarray(pos, pos + len);
-      pos += len;
     } else {
-      throw new Error(`corrupt KeyValue record: unexpected wire type ${wire}`);
+      if (field === 1) kv.key = buf.subarray(pos, pos + v);
+      else if (field === 5) kv.value = buf.subarray(pos, pos + v);
+      pos += v;
     }
   }
   return kv;

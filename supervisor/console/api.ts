@@ -55,25 +55,20 @@ export class HttpError extends Error {
   }
 }
 
-/** etcd's gRPC code -> the HTTP status the console answers with. */
+/** etcd's gRPC code -> the HTTP status the console answers with (500 for any other). */
+const HTTP_STATUS = new Map<number, number>([
+  [grpc.status.UNAUTHENTICATED, 401],
+  [grpc.status.PERMISSION_DENIED, 403],
+  [grpc.status.INVALID_ARGUMENT, 400],
+  [grpc.status.OUT_OF_RANGE, 400],
+  [grpc.status.FAILED_PRECONDITION, 400],
+  [grpc.status.NOT_FOUND, 404],
+  [grpc.status.UNAVAILABLE, 503],
+  [grpc.status.DEADLINE_EXCEEDED, 503],
+]);
+
 function httpStatus(code: number): number {
-  switch (code) {
-    case grpc.status.UNAUTHENTICATED:
-      return 401;
-    case grpc.status.PERMISSION_DENIED:
-      return 403;
-    case grpc.status.INVALID_ARGUMENT:
-    case grpc.status.OUT_OF_RANGE:
-    case grpc.status.FAILED_PRECONDITION:
-      return 400;
-    case grpc.status.NOT_FOUND:
-      return 404;
-    case grpc.status.UNAVAILABLE:
-    case grpc.status.DEADLINE_EXCEEDED:
-      return 503;
-    default:
-      return 500;
-  }
+  return HTTP_STATUS.get(code) ?? 500;
 }
 
 const b64 = (b: Buffer): string => b.toString('base64');

@@ -1,4 +1,5 @@
 // Key-space arithmetic of etcd's Range, for the console's browser: pure functions.
+import { prefixRangeEnd } from '../../shared/bytes.js';
 
 /** etcd's "every key from here": a range_end of one zero byte. */
 const ALL = Buffer.from([0]);
@@ -9,14 +10,7 @@ const ALL = Buffer.from([0]);
  * for the empty prefix.
  */
 export function prefixEnd(prefix: Buffer): Buffer {
-  for (let i = prefix.length - 1; i >= 0; i--) {
-    if (prefix[i]! < 0xff) {
-      const end = Buffer.from(prefix.subarray(0, i + 1));
-      end[i]!++;
-      return end;
-    }
-  }
-  return ALL;
+  return prefixRangeEnd(prefix);
 }
 
 /** The first key of a prefix's range: etcd refuses an empty key, so "" starts at "\0". */

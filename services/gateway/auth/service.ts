@@ -67,6 +67,13 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
     return gate.caller(call);
   };
 
+  /** UserList, RoleList: root needed while auth is enabled; the names of what `list` reads, as `field`. */
+  const nameList = (field: 'users' | 'roles', list: (d: typeof db) => { name: Buffer }[]): Handler =>
+    linearRead((call) => {
+      who(call)?.admin();
+      return { header: header(), [field]: list(db).map((x) => x.name.toString()) };
+    });
+
   /**
    * An admin write: root needed while auth is enabled (etcd's needAdminPermission), then the
    * request goes to storage with the auth revision it was checked at. If auth changed in
@@ -146,10 +153,7 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
       if (!user) throw AuthErrors.userNotFound;
       return { header: header(), roles: user.roles };
     }),
-    UserList: linearRead((call) => {
-      who(call)?.admin();
-      return { header: header(), users: listUsers(db).map((u) => u.name.toString()) };
-    }),
+    UserList: nameList('users', listUsers),
     RoleGet: linearRead((call) => {
       const caller = who(call);
       const role: string = call.request.role;
@@ -159,10 +163,7 @@ export function authService(db: MvccDb, link: WriteLink, gate: AuthGate, node: N
       if (!r) throw AuthErrors.roleNotFound;
       return { header: header(), perm: r.perms };
     }),
-    RoleList: linearRead((call) => {
-      who(call)?.admin();
-      return { header: header(), roles: listRoles(db).map((r) => r.name.toString()) };
-    }),
+    RoleList: nameList('roles', listRoles),
 
     Authenticate(call, cb) {
       const { name, password } = call.request as { name: string; password: string };

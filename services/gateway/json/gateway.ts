@@ -76,38 +76,26 @@ const CORS = {
 const JSON_HEADERS = { ...CORS, 'Content-Type': 'application/json' };
 const GRPC_MD = { 'Grpc-Metadata-Content-Type': 'application/grpc' };
 
-/** grpc-gateway's HTTPStatusFromCode. */
+/** grpc-gateway's HTTPStatusFromCode (500 for any other code). */
+const HTTP_STATUS = new Map<number, number>([
+  [Status.OK, 200],
+  [Status.CANCELLED, 408],
+  [Status.INVALID_ARGUMENT, 400],
+  [Status.OUT_OF_RANGE, 400],
+  [Status.DEADLINE_EXCEEDED, 504],
+  [Status.NOT_FOUND, 404],
+  [Status.ALREADY_EXISTS, 409],
+  [Status.ABORTED, 409],
+  [Status.PERMISSION_DENIED, 403],
+  [Status.UNAUTHENTICATED, 401],
+  [Status.RESOURCE_EXHAUSTED, 429],
+  [Status.FAILED_PRECONDITION, 412],
+  [Status.UNIMPLEMENTED, 501],
+  [Status.UNAVAILABLE, 503],
+]);
+
 export function httpStatusOf(code: number): number {
-  switch (code) {
-    case Status.OK:
-      return 200;
-    case Status.CANCELLED:
-      return 408;
-    case Status.INVALID_ARGUMENT:
-    case Status.OUT_OF_RANGE:
-      return 400;
-    case Status.DEADLINE_EXCEEDED:
-      return 504;
-    case Status.NOT_FOUND:
-      return 404;
-    case Status.ALREADY_EXISTS:
-    case Status.ABORTED:
-      return 409;
-    case Status.PERMISSION_DENIED:
-      return 403;
-    case Status.UNAUTHENTICATED:
-      return 401;
-    case Status.RESOURCE_EXHAUSTED:
-      return 429;
-    case Status.FAILED_PRECONDITION:
-      return 412;
-    case Status.UNIMPLEMENTED:
-      return 501;
-    case Status.UNAVAILABLE:
-      return 503;
-    default:
-      return 500;
-  }
+  return HTTP_STATUS.get(code) ?? 500;
 }
 
 const STATUS_TEXT: Record<number, string> = {

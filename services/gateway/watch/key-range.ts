@@ -1,4 +1,5 @@
 // The key set a watcher covers, in etcd's three forms, and the prefix test the index uses.
+import { prefixEnd } from '../../../shared/bytes.js';
 
 export interface KeyRange {
   key: Buffer;
@@ -27,16 +28,7 @@ export function contains(r: KeyRange, key: Buffer): boolean {
 }
 
 /** The end of the range of keys starting with `prefix`, or null when that is "every key >= prefix". */
-export function prefixEnd(prefix: Buffer): Buffer | null {
-  for (let i = prefix.length - 1; i >= 0; i--) {
-    if (prefix[i]! < 0xff) {
-      const end = Buffer.from(prefix.subarray(0, i + 1));
-      end[i]!++;
-      return end;
-    }
-  }
-  return null;
-}
+export { prefixEnd };
 
 /** True when the range is exactly the keys starting with r.key (etcdctl --prefix). */
 export function isPrefixRange(r: KeyRange): boolean {

@@ -43,6 +43,13 @@ function assertRecords(actual: WalRecord[], expected: WalRecord[], msg = ''): vo
   }
 }
 
+/** The WAL in `dir`, opened again, holds exactly `expected`. */
+function assertReopened(dir: string, expected: WalRecord[]): void {
+  const again = Wal.open(dir);
+  assertRecords(readAll(again), expected);
+  again.close();
+}
+
 function walFiles(dir: string): string[] {
   return fs
     .readdirSync(dir)
@@ -270,9 +277,7 @@ test('reopening after close returns everything and appending continues', (t) => 
   assertRecords(readAll(wal).slice(-1), recs(121n, 1));
   wal.close();
 
-  const again = Wal.open(dir);
-  assertRecords(readAll(again), recs(1n, 121));
-  again.close();
+  assertReopened(dir, recs(1n, 121));
 });
 
 test('readFrom from the middle, at segment boundaries and past the end', (t) => {
@@ -408,9 +413,7 @@ test('a zero-filled tail of the last segment is trimmed without loss', (t) => {
   assert.equal(fs.statSync(lastFile).size, size);
   wal.appendSync(recs(31n, 1));
   wal.close();
-  const again = Wal.open(dir);
-  assertRecords(readAll(again), [...all, ...recs(31n, 1)]);
-  again.close();
+  assertReopened(dir, [...all, ...recs(31n, 1)]);
 });
 
 test('damage in a non-last segment makes open throw naming the file and offset, and changes nothing', (t) => {
@@ -539,9 +542,7 @@ test('a failed write (partial) or failed fdatasync rolls the file back and nothi
   wal.appendSync(retry);
   assert.equal(wal.lastIndex, 15n);
   wal.close();
-  const again = Wal.open(dir);
-  assertRecords(readAll(again), [...recs(1n, 10), ...retry]);
-  again.close();
+  assertReopened(dir, [...recs(1n, 10), ...retry]);
 });
 
 test('a failed first write on a never-used log leaves no trace; another start index is then accepted', (t) => {
@@ -557,9 +558,7 @@ test('a failed first write on a never-used log leaves no trace; another start in
   wal.appendSync(recs(70n, 2));
   assert.deepEqual(walFiles(dir), [name(70n)]);
   wal.close();
-  const again = Wal.open(dir);
-  assertRecords(readAll(again), recs(70n, 2));
-  again.close();
+  assertReopened(dir, recs(70n, 2));
 });
 
 test('if the rollback itself fails the WAL refuses further use; reopening repairs the tail', (t) => {

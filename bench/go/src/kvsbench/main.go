@@ -122,6 +122,19 @@ func connect(endpoint string, auth *credentials) (*clientv3.Client, error) {
 	return c, nil
 }
 
+// eachClient runs f(i, clients[i]) for every client, each in a goroutine of its own, and waits for them all.
+func eachClient(clients []*clientv3.Client, f func(i int, c *clientv3.Client)) {
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func(i int, c *clientv3.Client) {
+			defer wg.Done()
+			f(i, c)
+		}(i, c)
+	}
+	wg.Wait()
+}
+
 func connectAll(endpoints []string, ids []int, auth *credentials) ([]*clientv3.Client, error) {
 	clients := make([]*clientv3.Client, len(ids))
 	errs := make([]error, len(ids))
@@ -171,36 +184,30 @@ func preload(req *request) error {
 	var mu sync.Mutex
 	next := req.From
 	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func(i int, c *clientv3.Client) {
-			defer wg.Done()
-			v := randomValue(req.ValueBytes)
-			for {
-				mu.Lock()
-				from := next
-				next = min(req.To, from+req.Batch)
-				to := next
-				mu.Unlock()
-				if from >= to {
-					return
-				}
-				ops := make([]clientv3.Op, 0, to-from)
-				for k := from; k < to; k++ {
-					ops = append(ops, clientv3.OpPut(key(dataArea, k), v))
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-				_, err := c.Txn(ctx).Then(ops...).Commit()
-				cancel()
-				if err != nil {
-					errs[i] = err
-					return
-				}
+	eachClient(clients, func(i int, c *clientv3.Client) {
+		v := randomValue(req.ValueBytes)
+		for {
+			mu.Lock()
+			from := next
+			next = min(req.To, from+req.Batch)
+			to := next
+			mu.Unlock()
+			if from >= to {
+				return
 			}
-		}(i, c)
-	}
-	wg.Wait()
+			ops := make([]clientv3.Op, 0, to-from)
+			for k := from; k < to; k++ {
+				ops = append(ops, clientv3.OpPut(key(dataArea, k), v))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			_, err := c.Txn(ctx).Then(ops...).Commit()
+			cancel()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+		}
+	})
 	for _, err := range errs {
 		if err != nil {
 			return fmt.Errorf("preload: %v", err)
@@ -320,39 +327,33 @@ func run(req *request) error {
 	}
 	time.Sleep(time.Until(startAt))
 	results := make([]clientResult, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func(i int, c *clientv3.Client) {
-			defer wg.Done()
-			r := &results[i]
-			r.latencies = make([]float64, 0, 1<<16)
-			rnd := rand.New(rand.NewSource(time.Now().UnixNano() + int64(req.ClientIDs[i])))
-			do, _ := makeOp(req.Op, c, req.Opts, rnd)
-			for {
-				t0 := time.Now()
-				if !t0.Before(end) {
-					return
-				}
-				n, err := do()
-				if err == nil {
-					if !t0.Before(measureFrom) {
-						r.latencies = append(r.latencies, float64(time.Since(t0))/float64(time.Millisecond))
-						r.bytes += n
-					}
-					continue
-				}
-				if !t0.Before(measureFrom) {
-					r.errors++
-				}
-				if r.firstError == "" {
-					r.firstError = err.Error()
-				}
-				time.Sleep(10 * time.Millisecond) // a failing server must not turn this into a busy loop
+	eachClient(clients, func(i int, c *clientv3.Client) {
+		r := &results[i]
+		r.latencies = make([]float64, 0, 1<<16)
+		rnd := rand.New(rand.NewSource(time.Now().UnixNano() + int64(req.ClientIDs[i])))
+		do, _ := makeOp(req.Op, c, req.Opts, rnd)
+		for {
+			t0 := time.Now()
+			if !t0.Before(end) {
+				return
 			}
-		}(i, c)
-	}
-	wg.Wait()
+			n, err := do()
+			if err == nil {
+				if !t0.Before(measureFrom) {
+					r.latencies = append(r.latencies, float64(time.Since(t0))/float64(time.Millisecond))
+					r.bytes += n
+				}
+				continue
+			}
+			if !t0.Before(measureFrom) {
+				r.errors++
+			}
+			if r.firstError == "" {
+				r.firstError = err.Error()
+			}
+			time.Sleep(10 * time.Millisecond) // a failing server must not turn this into a busy loop
+		}
+	})
 	total := 0
 	for _, r := range results {
 		total += len(r.latencies)
