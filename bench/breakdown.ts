@@ -1,6 +1,6 @@
 // `npm run breakdown [-- flags]`: where the time of one serial put goes (issue 14). Starts a kvs
 // node (or a 3-node cluster) with KVS_STAGE_TRACE set, sends N puts one after the other through
-// the bench's plain HTTP/2 client (testkit/h2-channel.ts), stamping send and receive itself, stops
+// the bench's plain HTTP/2 client (testkit/unary-grpc-channel.ts), stamping send and receive itself, stops
 // kvs (each component writes its stage file as it exits: shared/stages.ts), joins the files per
 // put and prints per stage the median and p99 of the time since the previous stage and since
 // the client sent the request; then each process's CPU and main-thread wake-ups per measured
@@ -12,11 +12,11 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { encode, service } from '../shared/proto/index.js';
 import { monotonicMicros, readStageFiles } from '../shared/stages.js';
-import { headerRevision } from '../services/gateway/cluster.js';
+import { headerRevision } from '../services/gateway/cluster-view.js';
 import { KvClient } from '../testkit/kv-client.js';
 import { key, VALUE_BYTES, value } from './keys.js';
 import { cleanup, ensureEtcd, startEtcd, startKvs, type Server } from './servers.js';
-import { startCluster, type BenchCluster } from './cluster.js';
+import { startCluster, type BenchCluster } from './cluster-servers.js';
 import { formatBreakdown, joinBreakdown, type Breakdown, type ClientPut, type Summary } from './breakdown-join.js';
 import { percentile } from './stats.js';
 import { processCosts, processName, sampleProcesses, type ProcessCost } from '../testkit/proc.js';

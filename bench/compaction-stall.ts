@@ -15,7 +15,8 @@ import { performance } from 'node:perf_hooks';
 import { openMvcc, META } from '../shared/mvcc/schema.js';
 import { createLogger } from '../shared/log.js';
 import { encode } from '../shared/proto/index.js';
-import { Engine, type WriteResult } from '../services/storage/engine.js';
+import type { Engine, WriteResult } from '../services/storage/engine.js';
+import { openEngine } from '../services/storage/engine/open.js';
 import { Op } from '../shared/storage/ops.js';
 import { writeHistory } from '../testkit/history-fixture.js';
 
@@ -40,7 +41,7 @@ async function main(): Promise<void> {
   await writeHistory(dir, revisions, keyCount);
   console.log(`loaded ${revisions} revisions over ${keyCount} keys in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   const db = openMvcc(dir, { readOnly: false, writemap: true });
-  const engine = Engine.open(db, dir, log);
+  const engine = openEngine(db, dir, log);
   const head = engine.executor.revision;
   const target = head - 1000;
   let stop = false;

@@ -10,7 +10,7 @@ import { value } from './keys.js';
 import { ensureEtcd, startServer } from './servers.js';
 import type { System } from './system.js';
 import { percentile } from './stats.js';
-import { WatchStream } from './watch-stream.js';
+import { WatchLoadStream } from './watch-load-stream.js';
 
 const HELP = `Usage: npm run event-lag -- [flags]
 
@@ -42,7 +42,7 @@ async function round(system: System, puts: number): Promise<Lag> {
     await kv.connect();
     // revision -> true (its event came first) or the resolver of a put waiting for it
     const events = new Map<number, true | (() => void)>();
-    const watch = new WatchStream(server.endpoint, (_id, revision) => {
+    const watch = new WatchLoadStream(server.endpoint, (_id, revision) => {
       const waiting = events.get(revision);
       if (typeof waiting === 'function') waiting();
       else events.set(revision, true);

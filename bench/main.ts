@@ -20,7 +20,7 @@ import type { Rgw } from './rgw.js';
 import { Tally, type Target } from './tally.js';
 import { CLUSTER_NODES, PARALLEL, type Workload, type WorkloadOptions } from './workload.js';
 import { CLUSTER_WORKLOADS, RGW_WORKLOADS, WORKLOADS, workload } from './workloads/index.js';
-import { startCluster, type BenchCluster } from './cluster.js';
+import { startCluster, type BenchCluster } from './cluster-servers.js';
 
 /** The workloads the Go load generator does not run (`--client go`). */
 const NOT_GO = [...WORKLOADS, ...RGW_WORKLOADS].filter((w) => !w.go).map((w) => w.name);

@@ -59,7 +59,7 @@ let hooked = false;
 
 /**
  * Records a process (or process group) and a temp dir as this run's, so that they are killed
- * and removed even when the bench exits on an error or a signal (bench/cluster.ts uses it too).
+ * and removed even when the bench exits on an error or a signal (bench/cluster-servers.ts uses it too).
  */
 export const cleanup = {
   process(pid: number, group: boolean): void {

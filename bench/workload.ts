@@ -48,7 +48,7 @@ export interface MeasureTarget {
   rss?(): number;
   /** The same as proportional set size (pages shared between its processes counted once). */
   pss?(): number;
-  /** The cluster, for the cluster workloads (bench/cluster.ts). */
+  /** The cluster, for the cluster workloads (bench/cluster-servers.ts). */
   cluster?: ClusterControl;
 }
 
@@ -134,7 +134,7 @@ export interface Workload {
    */
   auth?: { baseline: string };
   /**
-   * Runs against a cluster of CLUSTER_NODES members of each system (bench/cluster.ts) instead
+   * Runs against a cluster of CLUSTER_NODES members of each system (bench/cluster-servers.ts) instead
    * of one server; the clients talk to the leader or to a follower; the preload goes through
    * the leader. Server CPU and memory are the whole cluster's.
    */

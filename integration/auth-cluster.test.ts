@@ -3,7 +3,7 @@
 // revocation or password change made on the leader counts on every node at once for writes and
 // linearizable reads. (The window these could fail in is narrow: a leader commits only once
 // every connected follower has the entry, and a follower applies it on the commit notice that
-// leaves with the answer. services/gateway/cluster.ts RoutedLink closes it; no test here makes
+// leaves with the answer. services/gateway/cluster-view.ts RoutedLink closes it; no test here makes
 // it wide enough to show.) The Auth service's own reads on a follower (users, roles, the
 // password Authenticate checks) wait for the leader's committed index: the second test.
 import { test } from 'node:test';

@@ -11,7 +11,7 @@ import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { assertKvsRefuses, client, etcdctl, pollUntil, runKvsRefused, startEtcd, startKvs, tempDir, type CmdResult } from '../testkit/harness.js';
 import { makeCa, type Ca, type CertFiles } from '../testkit/certs.js';
-import { GrpcServer, type ServerCall, type UnaryCallback } from '../shared/grpc/http2-server.js';
+import { GrpcServer, type ServerCall, type UnaryCallback } from '../shared/grpc/server.js';
 import { service } from '../shared/proto/index.js';
 
 const tlsArgs = (server: CertFiles, ca?: Ca) => ['--client-tls-cert', server.cert, '--client-tls-key', server.key, ...(ca ? ['--client-tls-ca', ca.cert] : [])];

@@ -164,7 +164,7 @@ test('a leader cut off from its followers and the object store stops acknowledgi
 // executes it like a write, but with nothing to replicate it used to answer at once from its own
 // state, so a cut-off leader with no write in flight answered such Txns after a follower had
 // taken over. Now it waits for its peer agent's ReadIndex check (Confirm). Checked to fail
-// without it: with the Confirm skipped (engine.ts drainUploading answering a batch that wrote
+// without it: with the Confirm skipped (storage's engine/leader-pipeline.ts answering a batch that wrote
 // nothing at once), the cut-off leader answered read-only Txns after the takeover.
 test('a leader cut off from its followers and the object store answers read-only Txns only while its lock is surely its own', async (t) => {
   const { cluster, n1, watch, failpoint } = await leaderWithFailpoint(t);

@@ -42,7 +42,7 @@ async function fuzzRun(t: TestContext, target: FuzzTarget): Promise<RunSummary> 
 
 test('client port (one node)', async (t) => {
   const node = await startKvs(t);
-  // The bounds of exchanges.ts and http2-server.ts's sniff at their real values (10 s, 8 s), on
+  // The bounds of exchanges.ts and shared/grpc/server.ts's sniff at their real values (10 s, 8 s), on
   // connections left alone while the cases run (nothing was cut before the fixes).
   const started = Date.now();
   const timed = (bytes: string) => rawExchange(node.endpoint, Buffer.from(bytes), false, 20_000).then((r) => ({ ...r, ms: Date.now() - started }));

@@ -73,16 +73,10 @@ function crossings(files: readonly SourceFile[]): Crossing[] {
   return out;
 }
 
-/**
- * Crossings another branch removes. house-engine moves the WAL-entry codec (decodeEntry) out of
- * services/storage/engine.ts into shared/; the lead deletes this entry when merging it.
- */
-const KNOWN: readonly Pick<Crossing, 'file' | 'imports'>[] = [{ file: 'services/gateway/watch/hub.ts', imports: 'services/storage/engine.ts' }];
-
 test('no import crosses a process boundary or runs back up from production into test and tool code', () => {
   const files = sourceFiles(TOP);
   assert.ok(files.some((f) => f.rel === 'services/storage/engine.ts'), 'no sources found');
-  const found = crossings(files).filter((c) => !KNOWN.some((k) => k.file === c.file && k.imports === c.imports));
+  const found = crossings(files);
   assert.deepEqual(found, [], found.map((c) => `${c.file} imports ${c.imports}: ${c.rule}`).join('\n'));
 });
 

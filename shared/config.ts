@@ -3,8 +3,8 @@
 import os from 'node:os';
 import path from 'node:path';
 import { parseDuration } from './duration.js';
-import { clientTlsFiles } from './grpc/client-tls.js';
-import { peerTlsFiles } from './grpc/peer-tls.js';
+import { clientTlsFiles } from './tls/client-port.js';
+import { peerTlsFiles } from './tls/peer-port.js';
 import { formatAuthToken, loadJwtKeys, parseAuthToken } from './auth/token-options.js';
 
 export interface FlagSpec {
@@ -119,7 +119,7 @@ export interface Config {
   leaderLivenessTtl: string;
   leaderWatchIntervalSec: number;
   peerBufferSize: number;
-  /** --write-pipeline: a number (1-4) or 'auto' (services/storage/engine.ts, depth()). */
+  /** --write-pipeline: a number (1-4) or 'auto' (services/storage/engine/leader-pipeline.ts, depth()). */
   writePipeline: WritePipeline;
   peerTlsCa?: string;
   peerTlsCert?: string;

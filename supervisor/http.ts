@@ -10,7 +10,7 @@ import https from 'node:https';
 import net from 'node:net';
 import { CONTENT_TYPE } from '../shared/metrics.js';
 import { splitHostPort } from '../shared/config.js';
-import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from '../shared/grpc/client-tls.js';
+import { secureContextOptions, TlsFileWatch, type ClientTlsFiles } from '../shared/tls/client-port.js';
 
 /** A probe's answer: ok, or the one-line reason it is not. */
 export interface Probe {

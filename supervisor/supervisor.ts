@@ -7,7 +7,7 @@ import type { Config } from '../shared/config.js';
 import { clusterMode, configArgs, socketPath } from '../shared/config.js';
 import { createLogger, type Logger } from '../shared/log.js';
 import { service } from '../shared/proto/index.js';
-import { bindUnix, shutdown } from '../shared/grpc/server.js';
+import { bindUnix, shutdown } from '../shared/grpc/plumbing.js';
 import { Component } from './component.js';
 import { serveHttp, type ObservabilityServer, type Probe } from './http.js';
 import { ConsoleApi } from './console/api.js';

@@ -4,7 +4,8 @@
 // the last revision (LMDB's applied index; the WAL is empty).
 import { openMvcc } from '../shared/mvcc/schema.js';
 import { encodeKeyValue } from '../shared/mvcc/keyvalue.js';
-import { applyEntry, MUTATION_PUT, type WalEntry } from '../services/storage/mvcc/apply.js';
+import { applyEntry } from '../services/storage/mvcc/apply.js';
+import { MUTATION_PUT, type WalEntry } from '../shared/wal/entry.js';
 
 /** The key of fixture key number `k`. */
 export function fixtureKey(k: number): string {

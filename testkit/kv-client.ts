@@ -1,12 +1,12 @@
 // A thin etcd v3 client for the load generator: its own connection per client, requests
 // encoded with protobufjs from shared/proto (method paths from service()), responses left as
-// bytes. Two channels: 'h2' (default, h2-channel.ts, the cheapest per call) and
+// bytes. Two channels: 'h2' (default, unary-grpc-channel.ts, the cheapest per call) and
 // 'grpc-js' (the library every kvs process uses; `--client grpc-js` to cross-check).
 // After authenticate(), every request carries the token in the `token` metadata (as etcd's
 // clients send it); without one, nothing about a request changes.
 import * as grpc from '@grpc/grpc-js';
 import { bigint, decode, encode, service } from '../shared/proto/index.js';
-import { H2Channel } from './h2-channel.js';
+import { UnaryGrpcChannel } from './unary-grpc-channel.js';
 
 export type ClientKind = 'h2' | 'grpc-js';
 export const CLIENT_KINDS: readonly ClientKind[] = ['h2', 'grpc-js'];
@@ -87,7 +87,7 @@ export class KvClient {
     readonly endpoint: string,
     kind: ClientKind = 'h2',
   ) {
-    this.channel = kind === 'h2' ? new H2Channel(endpoint) : new GrpcJsChannel(endpoint);
+    this.channel = kind === 'h2' ? new UnaryGrpcChannel(endpoint) : new GrpcJsChannel(endpoint);
   }
 
   /** Resolves once the connection is up (or rejects after `timeoutMs`). */

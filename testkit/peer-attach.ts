@@ -1,14 +1,14 @@
 // Test support for the peer agent's units: its Attach service on a Unix socket, and the
-// storage end of it, as services/peer/main.ts and services/storage/cluster.ts run them.
+// storage end of it, as services/peer/main.ts and services/storage/peer-attach.ts run them.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { TestContext } from 'node:test';
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../shared/proto/index.js';
-import { GrpcServer, type ServerCall } from '../shared/grpc/http2-server.js';
-import { UnixH2Channel, type H2Stream } from '../shared/grpc/h2-stream.js';
-import { bindUnix } from '../shared/grpc/server.js';
+import { GrpcServer, type ServerCall } from '../shared/grpc/server.js';
+import { UnixStreamChannel, type H2Stream } from '../shared/grpc/stream-channel.js';
+import { bindUnix } from '../shared/grpc/plumbing.js';
 import type { StorageSide } from '../services/peer/storage-side.js';
 
 /** What the agent sends storage, as far as these tests read it. */
@@ -35,7 +35,7 @@ export async function agentSocket(t: TestContext, side: StorageSide): Promise<st
 
 /** Storage's end of the Attach stream to `side` (on a socket of its own), before its hello. */
 export async function storageEnd(t: TestContext, side: StorageSide): Promise<H2Stream<object, AgentMessage>> {
-  const channel = new UnixH2Channel(await agentSocket(t, side));
+  const channel = new UnixStreamChannel(await agentSocket(t, side));
   t.after(() => channel.close());
   const stream = channel.stream(ATTACH);
   stream.on('error', () => {});

@@ -9,9 +9,9 @@ import { snapshot } from './snapshot.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
 import { jsonParGet, jsonParPut, jsonSeqGet, jsonSeqPut } from './json.js';
-import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster.js';
+import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster-workloads.js';
 
-/** Against a three-member cluster of each system (bench/cluster.ts). */
+/** Against a three-member cluster of each system (bench/cluster-servers.ts). */
 export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterSeqPut,
   clusterParPut,

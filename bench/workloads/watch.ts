@@ -6,7 +6,7 @@
 //                 of each prefix per stream); the writer cycles through the prefixes.
 import { key, prefix, prefixEnd } from '../keys.js';
 import { fmt, type Op, type OpContext, type Workload } from '../workload.js';
-import { WatchStream, putRevision } from '../watch-stream.js';
+import { WatchLoadStream, putRevision } from '../watch-load-stream.js';
 
 interface Shape {
   prefixes: number;
@@ -25,11 +25,11 @@ function watchOp(area: string, shape: Shape) {
         e.done();
       } else expected.set(revision, e);
     };
-    const streams: WatchStream[] = [];
+    const streams: WatchLoadStream[] = [];
     let ready: Promise<void> | undefined;
     const setup = async () => {
       for (let s = 0; s < shape.watchersPerPrefix; s++) {
-        const stream = new WatchStream(kv.endpoint, onEvents);
+        const stream = new WatchLoadStream(kv.endpoint, onEvents);
         streams.push(stream);
         for (let p = 0; p < shape.prefixes; p++) {
           const pre = prefix(areaOf(p));

@@ -18,7 +18,7 @@ export type TargetKind = 'client' | 'peer' | 'http' | 'console';
  * How long a server has to answer or close a connection once the client is done. A connection
  * node:http2 stopped reading after its own error GOAWAY is closed only when a PING goes
  * unanswered: on the peer port by its keepalive (2 s + 3 s, services/peer/transport.ts), on the
- * client port by the gateway's idle probe (8-12 s, shared/grpc/http2-server.ts). An HTTP/1.x
+ * client port by the gateway's idle probe (8-12 s, shared/grpc/server.ts). An HTTP/1.x
  * connection must be closed within HTTP_ANSWER_MS of the client half-closing it.
  */
 export const CLOSE_DEADLINE_MS: Record<TargetKind, number> = { client: 14_000, peer: 5000, http: HTTP_ANSWER_MS, console: CONSOLE_ANSWER_MS };

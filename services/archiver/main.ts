@@ -12,7 +12,7 @@ import { LeaderRole } from './role.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import { service } from '../../shared/proto/index.js';
-import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
 import { installLifecycle, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';

@@ -3,8 +3,8 @@
 // agent (Agent.State), followed for as long as the archiver runs.
 import * as grpc from '@grpc/grpc-js';
 import { service, num } from '../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
-import { Role } from '../../shared/cluster.js';
+import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/plumbing.js';
+import { Role } from '../../shared/membership.js';
 
 const AgentClient = grpc.makeGenericClientConstructor(service('kvs.peer.Agent'), 'Agent');
 

@@ -1,20 +1,20 @@
 // etcdserverpb.KV. Range reads LMDB in this process (a fresh read snapshot per request, so a
 // read issued after a write was acknowledged sees it); writes go to storage as the client's
 // own bytes, and storage's encoded response comes back as is.
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
 import { service } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { encodedRange } from '../../shared/mvcc/range.js';
 import { rangeResponseRecycler } from '../../shared/mvcc/responses.js';
 import { Errors, MAX_REQUEST_BYTES } from '../../shared/errors.js';
 import { rangeParams, type RangeRequest } from '../../shared/mvcc/requests.js';
-import type { WriteLink } from '../../shared/grpc/batch-link.js';
+import type { WriteLink } from '../../shared/batch-link/link.js';
 import type { NodeInfo } from './node-info.js';
 import { Op } from '../../shared/storage/ops.js';
 import type { GatewaySpans } from './spans.js';
 import type { AuthGate } from './auth/gate.js';
 import { guardedForward, writeChecks } from './auth/guard.js';
-import { headerRevision } from './cluster.js';
+import { headerRevision } from './cluster-view.js';
 import { toServiceError } from './service-error.js';
 import { Stage, monotonicMicros, type StageTrace } from '../../shared/stages.js';
 

@@ -3,10 +3,10 @@
 // live deadlines without a WAL write. Requests travel as the client's bytes, and storage's
 // encoded answers come back as they are.
 import * as grpc from '@grpc/grpc-js';
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
 import { service } from '../../shared/proto/index.js';
-import type { WriteLink } from '../../shared/grpc/batch-link.js';
-import type { OpenStreams } from '../../shared/grpc/server.js';
+import type { WriteLink } from '../../shared/batch-link/link.js';
+import type { OpenStreams } from '../../shared/grpc/plumbing.js';
 import { forward } from './kv.js';
 import { toServiceError } from './service-error.js';
 import { Op } from '../../shared/storage/ops.js';

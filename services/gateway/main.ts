@@ -4,9 +4,9 @@ import type { Config } from '../../shared/config.js';
 import { clientUrl, clusterMode, socketPath } from '../../shared/config.js';
 import { createLogger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
-import { OpenStreams } from '../../shared/grpc/server.js';
-import { GrpcServer } from '../../shared/grpc/http2-server.js';
-import { clientTlsFiles } from '../../shared/grpc/client-tls.js';
+import { OpenStreams } from '../../shared/grpc/plumbing.js';
+import { GrpcServer } from '../../shared/grpc/server.js';
+import { clientTlsFiles } from '../../shared/tls/client-port.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, nodeMetrics, serveMetrics, signalReady } from '../../shared/component.js';
 import { VERSION } from '../../shared/version.js';
@@ -14,9 +14,9 @@ import { JsonGateway } from './json/gateway.js';
 import { http1Server, Http2Exchange } from './json/exchanges.js';
 import * as M from '../../shared/metrics.js';
 import { MAX_REQUEST_BYTES, GRPC_OVERHEAD_BYTES } from '../../shared/errors.js';
-import { storageLink, type WriteLink } from '../../shared/grpc/batch-link.js';
-import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
-import { ClusterView, RoutedLink } from './cluster.js';
+import { storageLink, type WriteLink } from '../../shared/batch-link/link.js';
+import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
+import { ClusterView, RoutedLink } from './cluster-view.js';
 import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
@@ -51,13 +51,13 @@ export async function runGateway(cfg: Config): Promise<void> {
   removeStaleSnapshots(cfg.dataDir);
   // One connection to storage for the write links and the feed: storage sends a batch's feed
   // message and its answers in one write, read here in one wake-up.
-  const toStorage = new UnixH2Channel(socketPath(cfg.dataDir, 'storage'));
+  const toStorage = new UnixStreamChannel(socketPath(cfg.dataDir, 'storage'));
   const storageWrites = storageLink(toStorage, log, 'Write');
   const storageLeases = storageLink(toStorage, log, 'Lease');
   const hub = new Hub(db, log);
   const feed = new FeedLink(toStorage, hub, log);
   // Cluster mode: writes and lease calls go to storage while this node leads, else to the
-  // leader through the peer agent (services/gateway/cluster.ts).
+  // leader through the peer agent (services/gateway/cluster-view.ts).
   let link: WriteLink = storageWrites;
   let leaseLink: WriteLink = storageLeases;
   let view: ClusterView | undefined;

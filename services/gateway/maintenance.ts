@@ -2,7 +2,7 @@
 // (etcdserver/api/v3rpc/maintenance.go), and etcdserverpb.Cluster (MemberList). Membership is
 // not managed through this API: nodes join by sharing the object store.
 import * as grpc from '@grpc/grpc-js';
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
 import { service, num } from '../../shared/proto/index.js';
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../shared/mvcc/schema.js';

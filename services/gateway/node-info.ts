@@ -3,7 +3,7 @@
 import type { MvccDb } from '../../shared/mvcc/schema.js';
 import { META } from '../../shared/mvcc/schema.js';
 import type { Header } from '../../shared/mvcc/responses.js';
-import type { ClusterView } from './cluster.js';
+import type { ClusterView } from './cluster-view.js';
 
 export interface MemberInfo {
   ID: string;

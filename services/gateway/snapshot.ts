@@ -12,7 +12,7 @@
 // transaction.
 import { createHash } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';

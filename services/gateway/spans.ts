@@ -5,7 +5,7 @@
 // Keys are never recorded: `kvs.key_scope` carries keyScope(key).
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, propagation, type Attributes, type Span, type TextMapGetter } from '@opentelemetry/api';
 import type { Metadata } from '@grpc/grpc-js';
-import type { ServerCall, StatusLike, UnaryCallback } from '../../shared/grpc/http2-server.js';
+import type { ServerCall, StatusLike, UnaryCallback } from '../../shared/grpc/server.js';
 import type { Tracing } from '../../shared/tracing.js';
 import { decode } from '../../shared/proto/index.js';
 import { classifyTxn, keyScope, type Classified } from '../../shared/mvcc/write-kind.js';

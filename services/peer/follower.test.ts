@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
-import { GrpcServer, type ServerCall } from '../../shared/grpc/http2-server.js';
+import { GrpcServer, type ServerCall } from '../../shared/grpc/server.js';
 import { LocalObjectStore } from '../../shared/objectstore/local.js';
 import { LeaderLock, newEpoch, nowNano } from './lock.js';
 import { StateBoard, type Member } from './state.js';

@@ -19,7 +19,7 @@ import { newEpoch, nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
 import { PeerChannel, type PeerCredentials } from './transport.js';
-import type { CallError } from '../../shared/grpc/h2-stream.js';
+import type { CallError } from '../../shared/grpc/stream-channel.js';
 import { Stage, microsFromPerformance, stages } from '../../shared/stages.js';
 import { DelayedCommits } from './commit-delay.js';
 

@@ -10,7 +10,7 @@
 //    lock touch is younger than the liveness TTL minus a margin (the disconnected one can take
 //    over only after it saw the lock unchanged that long).
 // A refused touch means deposed: everything in flight fails and the term ends.
-import type { ServerCall } from '../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../shared/grpc/server.js';
 import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
@@ -111,7 +111,7 @@ export class Leadership {
   committedRevision = 0;
   /**
    * Storage's batches not yet answered, oldest first: a leader's storage sends the next batch
-   * while the previous one waits for its ACKs (services/storage/engine.ts, PIPELINE_DEPTH).
+   * while the previous one waits for its ACKs (services/storage/engine/leader-pipeline.ts, PIPELINE_DEPTH).
    * They are answered in order; one that fails fails every batch after it.
    */
   private pending: Batch[] = [];

@@ -1,7 +1,7 @@
 // The node's cluster state as the gateway and the archiver see it (Agent.State): role, term,
 // leader, members, and whether a follower has caught up. Subscribers get it at once and on
 // every change; the role metric follows it.
-import type { ServerCall } from '../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../shared/grpc/server.js';
 import * as M from '../../shared/metrics.js';
 import { reportHealth } from '../../shared/component.js';
 import { Role, type RoleValue } from './storage-side.js';

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createLogger } from '../../shared/log.js';
-import { UnixH2Channel } from '../../shared/grpc/h2-stream.js';
+import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
 import { Role, StorageSide } from './storage-side.js';
 import { ATTACH, agentSocket } from '../../testkit/peer-attach.js';
 
@@ -15,7 +15,7 @@ test('a storage that detaches before answering a role change fails the call wait
 
   // Storage attaches, then goes away (its process died) with a role change unanswered: the
   // step-down of a term that ended (services/peer/main.ts) must not wait for it forever.
-  const first = new UnixH2Channel(socket);
+  const first = new UnixStreamChannel(socket);
   const call = first.stream(ATTACH);
   call.on('error', () => {});
   call.write(hello);
@@ -31,7 +31,7 @@ test('a storage that detaches before answering a role change fails the call wait
   await assert.rejects(side.setRole(Role.UNKNOWN, 1), /storage is not attached/);
 
   // The restarted storage attaches; a role change is answered by its progress.
-  const second = new UnixH2Channel(socket);
+  const second = new UnixStreamChannel(socket);
   t.after(() => second.close());
   const again = second.stream(ATTACH);
   again.on('error', () => {});

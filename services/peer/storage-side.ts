@@ -1,11 +1,11 @@
-// The peer agent's end of storage's Agent.Attach stream (services/storage/cluster.ts): the one
+// The peer agent's end of storage's Agent.Attach stream (services/storage/peer-attach.ts): the one
 // channel through which this node's storage learns its role, receives replicated entries, and
 // hands up the batches a leader must replicate.
-import type { ServerCall } from '../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../shared/grpc/server.js';
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../../shared/log.js';
 
-import { Role, type RoleValue } from '../../shared/cluster.js';
+import { Role, type RoleValue } from '../../shared/membership.js';
 export { Role, type RoleValue };
 
 type U64 = number | { toNumber(): number };

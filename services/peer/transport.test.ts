@@ -7,7 +7,7 @@ import { service } from '../../shared/proto/index.js';
 import type { Logger } from '../../shared/log.js';
 import { Flag, FrameType, PREFACE, frame, grpcHeaders, grpcMessage, headerBlock, rstStream, settings } from '../../testkit/h2-frames.js';
 import { http2Frames, rawExchange } from '../../testkit/raw-socket.js';
-import { GrpcServer, IDLE_PROBE_MS, PROBE_TICK_MS, PROBE_TIMEOUT_MS, type UnaryCallback } from '../../shared/grpc/http2-server.js';
+import { GrpcServer, IDLE_PROBE_MS, PROBE_TICK_MS, PROBE_TIMEOUT_MS, type UnaryCallback } from '../../shared/grpc/server.js';
 import { listenPeer, peerCredentials } from './transport.js';
 
 const quiet = { info() {}, warn() {}, error() {}, debug() {} } as unknown as Logger;
@@ -69,7 +69,7 @@ test('broken connections are closed: a protocol error at once, a preface never f
   // Found on grpc-js's server: node's http2 answered some protocol errors with GOAWAY and then
   // neither read nor closed the socket, and a connection that sent half a preface was not
   // closed either. Ours closes the first after its GOAWAY, and PINGs the second, which does
-  // not answer, until it destroys it (shared/grpc/http2-server.ts, the idle probe).
+  // not answer, until it destroys it (shared/grpc/server.ts, the idle probe).
   const endpoint = await peerPort(t);
   const keepalive = IDLE_PROBE_MS + PROBE_TIMEOUT_MS + 2 * PROBE_TICK_MS;
   const cases = {

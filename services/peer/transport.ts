@@ -1,6 +1,6 @@
 // The peer port's plumbing: its calls on our own HTTP/2 gRPC (the server of the client port,
-// shared/grpc/http2-server.ts, and the client side of the internal streams,
-// shared/grpc/h2-stream.ts), plaintext or with --peer-tls-ca/-cert/-key mutual TLS, TLS 1.3
+// shared/grpc/server.ts, and the client side of the internal streams,
+// shared/grpc/stream-channel.ts), plaintext or with --peer-tls-ca/-cert/-key mutual TLS, TLS 1.3
 // only, both directions (docs/security.md#peer-tls). Every cluster write crosses the peer
 // port twice on its way to the slowest follower and back; on @grpc/grpc-js the peer agents
 // spent 17–30 % of their busy time in it (docs/perf/cluster.md#levers-on-the-cluster-path).
@@ -26,10 +26,10 @@ import type { Config } from '../../shared/config.js';
 import { splitHostPort } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
-import { PeerTlsSource, peerTlsFiles } from '../../shared/grpc/peer-tls.js';
-import { H2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
-import type { GrpcServer } from '../../shared/grpc/http2-server.js';
-import type { BatchCalls } from '../../shared/grpc/batch-link.js';
+import { PeerTlsSource, peerTlsFiles } from '../../shared/tls/peer-port.js';
+import { StreamChannel, type H2Stream } from '../../shared/grpc/stream-channel.js';
+import type { GrpcServer } from '../../shared/grpc/server.js';
+import type { BatchCalls } from '../../shared/batch-link/link.js';
 
 /** kvs.peer.Peer's methods, for the calls of a follower (and of tests). */
 export const PEER = service('kvs.peer.Peer');
@@ -124,7 +124,7 @@ export function callForEpoch(call: { metadata: { get(key: string): unknown[] } }
  * gRPC's status (`code`, `details`), as grpc-js's do.
  */
 export class PeerChannel {
-  private readonly channel: H2Channel;
+  private readonly channel: StreamChannel;
 
   constructor(addr: string, creds: PeerCredentials, epoch: string) {
     const hp = splitHostPort(addr);
@@ -132,7 +132,7 @@ export class PeerChannel {
     const [host, port] = [hp[0], Number(hp[1])];
     const source = creds.source;
     const dial = source ? () => dialTls(addr, host, port, source, creds.conditions) : () => net.connect({ host, port });
-    this.channel = new H2Channel(dial, {
+    this.channel = new StreamChannel(dial, {
       headers: { ':scheme': source ? 'https' : 'http', ':authority': addr, [EPOCH_HEADER]: epoch },
       keepalive: KEEPALIVE,
     });

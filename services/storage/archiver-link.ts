@@ -9,7 +9,7 @@
 // error is logged until the object store is back.
 import * as grpc from '@grpc/grpc-js';
 import { service, num } from '../../shared/proto/index.js';
-import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/server.js';
+import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/plumbing.js';
 import type { Logger } from '../../shared/log.js';
 
 interface Progress {

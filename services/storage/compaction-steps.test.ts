@@ -8,7 +8,8 @@ import { compactionPending } from '../../shared/mvcc/history.js';
 import { createLogger } from '../../shared/log.js';
 import { encode } from '../../shared/proto/index.js';
 import { writeHistory } from '../../testkit/history-fixture.js';
-import { Engine, type WriteResult } from './engine.js';
+import type { Engine, WriteResult } from './engine.js';
+import { openEngine } from './engine/open.js';
 import { Op } from '../../shared/storage/ops.js';
 
 const log = createLogger('test', 'silent');
@@ -23,7 +24,7 @@ test('the engine removes compacted history in steps between writes; a physical C
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-steps-'));
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const head = await writeHistory(dir, 50_000, 500);
-  let engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
+  let engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
 
   assert.equal((await compact(engine, head - 100, false)).code, 0);
   assert.equal(compactionPending(engine.db), true, 'answered before the removal');
@@ -33,7 +34,7 @@ test('the engine removes compacted history in steps between writes; a physical C
   await engine.close();
 
   // The next open resumes from the cursor; a physical Compact is answered once it is done.
-  engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
+  engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
   t.after(() => engine.close());
   assert.ok(engine.db.meta.get(META.compactCursor), 'progress was kept');
   const r = await compact(engine, head - 50, true);

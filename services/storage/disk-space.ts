@@ -12,7 +12,7 @@ import { EtcdError } from '../../shared/errors.js';
 export const MIN_FREE_BYTES = 64 * 1024 * 1024;
 /**
  * A write refused below the floor (RESOURCE_EXHAUSTED for clients). A follower's storage also
- * throws it for replicated entries (Engine.appendReplicated); cluster.ts tells it by its class.
+ * throws it for replicated entries (Engine.appendReplicated); peer-attach.ts tells it by its class.
  */
 export class FreeSpaceError extends EtcdError {
   constructor(readonly dir: string, readonly freeBytes: number, readonly minFreeBytes: number) {

@@ -8,7 +8,8 @@ import { decodeKeyValue } from '../../shared/mvcc/keyvalue.js';
 import { liveVersion } from '../../shared/mvcc/keyindex.js';
 import { createLogger } from '../../shared/log.js';
 import { encode, decode, num } from '../../shared/proto/index.js';
-import { Engine, type WriteResult } from './engine.js';
+import type { Engine, WriteResult } from './engine.js';
+import { openEngine } from './engine/open.js';
 import { Op } from '../../shared/storage/ops.js';
 import { DiskSpace, FreeSpaceError } from './disk-space.js';
 import { dump } from './mvcc/dump.js';
@@ -33,7 +34,7 @@ const put = (engine: Engine, key: string, value: string) =>
 test('concurrent writes share one batch, get distinct revisions, and are rebuilt from the WAL alone', async (t) => {
   const dir = tempDir(t);
   // As the storage process opens it: LMDB writes through a writable memory map.
-  let engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
+  let engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
   const results = await Promise.all(Array.from({ length: 50 }, (_, i) => put(engine, `k${i % 10}`, `v${i}`)));
   const revs = results.map((r) => num(decode<any>('etcdserverpb.PutResponse', r.body!).header.revision));
   assert.deepEqual(revs, Array.from({ length: 50 }, (_, i) => i + 2), 'one revision per put, in submission order');
@@ -45,7 +46,7 @@ test('concurrent writes share one batch, get distinct revisions, and are rebuilt
   // Lose the database, keep the WAL: replay must rebuild the same state.
   fs.rmSync(path.join(dir, 'db'), { recursive: true });
   const db = openMvcc(dir, { readOnly: false, writemap: true });
-  engine = Engine.open(db, dir, log);
+  engine = openEngine(db, dir, log);
   t.after(() => engine.close());
   assert.equal(engine.executor.revision, 52);
   assert.equal(db.meta.get(META.appliedIndex), 51);
@@ -62,7 +63,7 @@ test('concurrent writes share one batch, get distinct revisions, and are rebuilt
 
 test('an undecodable request fails alone; the other writes of its batch succeed', async (t) => {
   const dir = tempDir(t);
-  const engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log);
+  const engine = openEngine(openMvcc(dir, { readOnly: false }), dir, log);
   t.after(() => engine.close());
   const good = put(engine, 'a', '1');
   const bad = new Promise<WriteResult>((resolve) => engine.submit(Op.PUT, Buffer.from([0x0a, 0xff, 0xff]), resolve));
@@ -79,7 +80,7 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
   const dir = tempDir(t);
   let clock = 1_000_000;
   const now = () => clock;
-  let engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log, { now });
+  let engine = openEngine(openMvcc(dir, { readOnly: false }), dir, log, { now });
   const lease = (op: number, type: string, req: object) =>
     new Promise<WriteResult>((resolve) => engine.lessor.call(op, encode(type, req), resolve));
   const keepAlive = async (id: bigint | number) =>
@@ -131,7 +132,7 @@ test('leases: grants, attached keys, expiry and revokes go through the WAL; keep
   await engine.close();
   fs.rmSync(path.join(dir, 'db'), { recursive: true });
   clock += 60_000;
-  engine = Engine.open(openMvcc(dir, { readOnly: false }), dir, log, { now });
+  engine = openEngine(openMvcc(dir, { readOnly: false }), dir, log, { now });
   t.after(() => engine.close());
   assert.deepEqual(dump(engine.db), before, 'replaying the WAL rebuilds every table, the lease tables too');
   // After a restart every lease runs its full TTL from now (etcd's bound on a new leader).
@@ -147,7 +148,7 @@ test('sync upload: a batch is in the WAL but invisible to readers until uploaded
   const dir = tempDir(t);
   const db = openMvcc(dir, { readOnly: false, writemap: true });
   const uploads: { first: number; last: number; frames: Buffer; release(): void }[] = [];
-  const engine = Engine.open(db, dir, log, {
+  const engine = openEngine(db, dir, log, {
     upload: (first, last, frames) => new Promise<void>((release) => uploads.push({ first, last, frames, release })),
   });
   const answered: string[] = [];
@@ -191,7 +192,7 @@ class FakeDisk {
 /** The WAL records a single node writes for these puts. */
 async function walRecordsOf(t: { after(fn: () => unknown): void }, puts: [string, string][]): Promise<{ index: bigint; payload: Buffer }[]> {
   const dir = tempDir(t);
-  const leader = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
+  const leader = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log);
   for (const [k, v] of puts) assert.equal((await put(leader, k, v)).code, 0);
   const records = [...leader.wal.readFrom(1n)].map((r) => ({ index: r.index, payload: Buffer.from(r.payload) }));
   await leader.close();
@@ -201,7 +202,7 @@ async function walRecordsOf(t: { after(fn: () => unknown): void }, puts: [string
 /** A cluster engine on `disk`, a follower of term 1. */
 async function followerOn(t: { after(fn: () => unknown): void }, disk: FakeDisk): Promise<{ follower: Engine; dir: string }> {
   const dir = tempDir(t);
-  const follower = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir), cluster: { memberId: '2', clusterId: '1' } });
+  const follower = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir), cluster: { memberId: '2', clusterId: '1' } });
   t.after(() => follower.close());
   await follower.becomeFollower('follower', 1);
   return { follower, dir };
@@ -210,7 +211,7 @@ async function followerOn(t: { after(fn: () => unknown): void }, disk: FakeDisk)
 test('writes are refused while the disk is below the free-space floor, and go through once space is back', async (t) => {
   const dir = tempDir(t);
   const disk = new FakeDisk(10 * 1024 * 1024);
-  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir) });
+  const engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { space: disk.space(dir) });
   t.after(() => engine.close());
   const [r1, r2] = await Promise.all([put(engine, 'a', '1'), put(engine, 'b', '2')]);
   for (const r of [r1, r2]) {
@@ -252,7 +253,7 @@ test('a follower below the free-space floor takes no replicated entries (nothing
   disk.clock += 1000;
   follower.appendReplicated(records.slice(0, 2), 1);
   assert.deepEqual([follower.lastIndex, follower.appliedIndex], [2, 1]);
-  // As storage takes a batch (cluster.ts): appended first (the ACK leaves), applied after.
+  // As storage takes a batch (peer-attach.ts): appended first (the ACK leaves), applied after.
   follower.appendReplicated(records.slice(2));
   assert.deepEqual([follower.lastIndex, follower.appliedIndex, follower.revision], [3, 1, 2], 'appended, not applied');
   follower.applyReplicated(5); // a commit position past what it holds applies what it holds
@@ -284,7 +285,7 @@ test('a follower with staged entries does not become leader below the free-space
 
 test('a leader whose batch is refused while it waits for its fsync (deposed) answers the batch "outcome unknown" and keeps serving', async (t) => {
   const dir = tempDir(t);
-  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' } });
+  const engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' } });
   t.after(() => engine.close());
   // The peer agent's refusal comes before the engine has reached its fsync: the engine yields
   // one event-loop turn after handing the batch over, and the answer may arrive in that turn.
@@ -341,7 +342,7 @@ function handReplicator() {
 /** A cluster leader's engine in a temp dir, its batches answered by hand (handReplicator). */
 function handLeader(t: { after(fn: () => unknown): void }, writePipeline?: WritePipeline) {
   const dir = tempDir(t);
-  const engine = Engine.open(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' }, ...(writePipeline ? { writePipeline } : {}) });
+  const engine = openEngine(openMvcc(dir, { readOnly: false, writemap: true }), dir, log, { cluster: { memberId: '1', clusterId: '1' }, ...(writePipeline ? { writePipeline } : {}) });
   t.after(() => engine.close());
   const hand = handReplicator();
   engine.replicate = hand.replicator;

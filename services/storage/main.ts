@@ -2,15 +2,16 @@
 // apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
 import type { Config } from '../../shared/config.js';
 import { clusterMode, socketPath } from '../../shared/config.js';
-import { clusterIdOf, memberIdOf } from '../../shared/cluster.js';
-import { PeerAttach } from './cluster.js';
+import { clusterIdOf, memberIdOf } from '../../shared/membership.js';
+import { PeerAttach } from './peer-attach.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
-import { bindUnix, shutdown } from '../../shared/grpc/server.js';
+import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
-import { Engine, type EngineOptions } from './engine.js';
+import type { Engine, EngineOptions } from './engine.js';
+import { openEngine, openWal } from './engine/open.js';
 import { storageServer } from './server.js';
 import { applyAuthFlag } from './auth/startup.js';
 import { ArchiverLink } from './archiver-link.js';
@@ -33,7 +34,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   const cluster = clusterMode(cfg);
   const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened) : link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
-  const engine = Engine.open(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
+  const engine = openEngine(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
   opened = engine;
   let compactor: ReturnType<typeof startAutoCompaction>;
   let attach: PeerAttach | undefined;
@@ -97,13 +98,13 @@ async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logge
   await link.ready();
   const archivedThrough = () => link.archivedThrough;
   if (cfg.walSyncUpload) {
-    const wal = Engine.openWal(cfg.dataDir, log);
+    const wal = openWal(cfg.dataDir, log);
     reportState('uploading the local WAL the object store lacks');
     await uploadWalTail(wal, link, log);
     reportState('replaying the WAL');
     return { wal, archivedThrough, upload: (first, last, frames) => link.upload(first, last, () => frames) };
   }
-  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
+  const wal = openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
   for (const seg of wal.sealedSegments()) uploadSegment(seg, link, log);
   wal.seal(); // what a previous run left in the active segment is sealed (onSeal uploads it)
   return { wal, archivedThrough };
@@ -130,7 +131,7 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
       })
       .catch((err: Error) => log.warn({ err: err.message }, 'WAL not uploaded; the next seal or election uploads it'));
   };
-  const wal = Engine.openWal(cfg.dataDir, log, { onSeal: () => leading() && uploadCommitted() });
+  const wal = openWal(cfg.dataDir, log, { onSeal: () => leading() && uploadCommitted() });
   return {
     wal,
     // A follower keeps the last --peer-buffer-size entries past what LMDB holds: should it lead,

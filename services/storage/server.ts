@@ -2,8 +2,8 @@
 // batches (one message per caller event-loop turn), answered per group-commit drain, and a
 // second stream of the same shape for lease keep-alives and queries, which never write.
 import { service } from '../../shared/proto/index.js';
-import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../shared/grpc/batch-stream.js';
-import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/http2-server.js';
+import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../shared/batch-link/serve.js';
+import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/server.js';
 import type { Engine } from './engine.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
@@ -21,7 +21,7 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
   // Our own gRPC server on node:http2 (as the client port's), not grpc-js's: a message on this
   // hop costs about half the CPU and latency (`npm run hop`, docs/perf/hop-costs.md). Its callers
   // (the gateway's and the peer agent's write links, the gateway's feed) are our own as well
-  // (shared/grpc/h2-stream.ts); any gRPC client can call it.
+  // (shared/grpc/stream-channel.ts); any gRPC client can call it.
   const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   const streams = new Set<ServerCall<any, any>>();
   // Stage tracing: the answers of a Write message leave in the turn after their batch was

@@ -1,6 +1,6 @@
 // gRPC's length-prefixed message framing on an HTTP/2 stream (a flag byte, a 4-byte length,
-// the message), for both ends of our own gRPC: the client port's server (http2-server.ts) and
-// the internal streams' callers (h2-stream.ts).
+// the message), for both ends of our own gRPC: the client port's server (server.ts) and
+// the internal streams' callers (stream-channel.ts).
 
 /** Messages up to this size are copied behind their prefix; larger ones go out as two chunks. */
 export const COPY_LIMIT = 16 * 1024;
@@ -76,7 +76,7 @@ export class MessageReader {
   }
 }
 
-/** What a message is written to: an HTTP/2 stream of http2-session.ts. */
+/** What a message is written to: an HTTP/2 stream of shared/http2/session.ts. */
 export interface MessageSink {
   write(data: Buffer, flushed?: () => void): boolean;
 }

@@ -15,7 +15,7 @@ import { MetricsSampler } from './sampler.js';
 import { activity, roleOf, sumOf, quantile } from './series.js';
 import { Durability } from './durability.js';
 import { keyHistory } from './history.js';
-import { Members } from './cluster.js';
+import { Members } from './members.js';
 import { readPeerState } from './peer-state.js';
 import { prefixEnd, prefixStart } from './keys.js';
 

@@ -14,7 +14,7 @@
 // (shared/auth/requests.ts: a Txn's puts also need write on the keys of their lease, as in
 // etcd's later releases). A request etcd's validation refuses (an empty key) is left to
 // storage, which answers it as etcd does, before the token is even looked at.
-import type { ServerCall } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../../shared/grpc/server.js';
 import type { AuthGate, Caller } from './gate.js';
 import type { CallLike } from './credentials.js';
 import type { OpGuard } from '../concurrency/backend.js';

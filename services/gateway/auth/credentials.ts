@@ -9,7 +9,7 @@ export interface CallLike {
 /**
  * Mutual TLS (--client-tls-ca): etcd authorises a request that carries no token as the user
  * named by the client certificate's Common Name (AuthInfoFromTLS). The transport
- * (shared/grpc/http2-server.ts) puts the verified peer certificate's CN on the server call as
+ * (shared/grpc/server.ts) puts the verified peer certificate's CN on the server call as
  * `peerCommonName`; undefined without a verified client certificate.
  * integration/auth-tls.test.ts checks it against etcd.
  */

@@ -2,14 +2,14 @@
 // on undecoded, as before, tagged with the auth revision it was read at; with auth enabled it is
 // decoded for the check only (etcd's validation errors come first, so a request that fails
 // them goes on to storage, which answers them), and still forwarded as the client's bytes.
-import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../../shared/grpc/server.js';
 import { decode } from '../../../shared/proto/index.js';
 import { EtcdError, Errors, MAX_REQUEST_BYTES } from '../../../shared/errors.js';
 import { AuthErrors } from '../../../shared/auth/errors.js';
 import { checkDeleteRange, checkPut, checkTxn } from '../../../shared/auth/requests.js';
 import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
 import type { DeleteRangeRequest, PutRequest, TxnRequest } from '../../../shared/mvcc/requests.js';
-import type { WriteLink } from '../../../shared/grpc/batch-link.js';
+import type { WriteLink } from '../../../shared/batch-link/link.js';
 import { toServiceError } from '../service-error.js';
 import type { AuthGate, Caller } from './gate.js';
 import type { GatewaySpans } from '../spans.js';

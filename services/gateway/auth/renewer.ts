@@ -10,7 +10,7 @@
 // used (integration/auth-token-ttl.test.ts).
 import { encode } from '../../../shared/proto/index.js';
 import type { Logger } from '../../../shared/log.js';
-import type { WriteLink } from '../../../shared/grpc/batch-link.js';
+import type { WriteLink } from '../../../shared/batch-link/link.js';
 import { Op } from '../../../shared/storage/ops.js';
 
 export class TokenRenewer {

@@ -5,7 +5,7 @@
 // Authenticate checks the password here (bcrypt off the event loop, the lockout first), and
 // storage issues the token (a simple token, through the WAL) or the gateway signs it (a JWT,
 // --auth-token jwt: nothing stored).
-import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../../shared/grpc/server.js';
 import { service, encode } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { META, readMeta } from '../../../shared/mvcc/schema.js';
@@ -14,7 +14,7 @@ import { AuthErrors } from '../../../shared/auth/errors.js';
 import { getRole, getUser, listRoles, listUsers, authMeta } from '../../../shared/auth/tables.js';
 import * as M from '../../../shared/metrics.js';
 import type { Logger } from '../../../shared/log.js';
-import type { WriteLink } from '../../../shared/grpc/batch-link.js';
+import type { WriteLink } from '../../../shared/batch-link/link.js';
 import type { NodeInfo } from '../node-info.js';
 import { toServiceError } from '../service-error.js';
 import { Op } from '../../../shared/storage/ops.js';

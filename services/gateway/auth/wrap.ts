@@ -2,7 +2,7 @@
 // calls, Maintenance, Lock and Election. Each wrapper runs its check only while auth is
 // enabled; with auth disabled the handler runs as before.
 import { status } from '@grpc/grpc-js';
-import type { ServerCall } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../../shared/grpc/server.js';
 import { decode } from '../../../shared/proto/index.js';
 import { EtcdError } from '../../../shared/errors.js';
 import { allLeases } from '../../../shared/mvcc/leases.js';

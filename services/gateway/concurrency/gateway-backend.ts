@@ -7,7 +7,7 @@ import { encode, decode, bigint, num } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
 import { range, SortOrder, SortTarget } from '../../../shared/mvcc/range.js';
-import type { WriteLink } from '../../../shared/grpc/batch-link.js';
+import type { WriteLink } from '../../../shared/batch-link/link.js';
 import type { NodeInfo } from '../node-info.js';
 import { Op } from '../../../shared/storage/ops.js';
 import { EtcdError } from '../../../shared/errors.js';

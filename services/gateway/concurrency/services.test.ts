@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter, getEventListeners } from 'node:events';
-import type { ServerCall } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall } from '../../../shared/grpc/server.js';
 import { callSignal } from './services.js';
 
 type Call = ServerCall;

@@ -6,7 +6,7 @@
 // token, so each of the recipe's operations is checked for the caller as it is made: the
 // Backend of a call is the caller's (`backendFor`; auth/concurrency.ts), not checked up front.
 import * as grpc from '@grpc/grpc-js';
-import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../../shared/grpc/server.js';
 import { service, bigint, num } from '../../../shared/proto/index.js';
 import { EtcdError } from '../../../shared/errors.js';
 import type { Logger } from '../../../shared/log.js';

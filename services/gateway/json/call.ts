@@ -4,7 +4,7 @@
 // service answers goes, as wire bytes, to a sink that writes JSON (gateway.ts) or, for the
 // gateway's own probes (/health), back to the caller.
 import { Metadata, status as Status, type MethodDefinition } from '@grpc/grpc-js';
-import { CallBase, type StatusLike, type UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import { CallBase, type StatusLike, type UnaryCallback } from '../../../shared/grpc/server.js';
 
 /** Where a call's answers go. */
 export interface CallSink {

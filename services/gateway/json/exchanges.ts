@@ -7,8 +7,8 @@
 import http from 'node:http';
 import type net from 'node:net';
 import type tls from 'node:tls';
-import { encodeHeaders, type RequestHeaders } from '../../../shared/grpc/hpack.js';
-import type { SessionStream } from '../../../shared/grpc/http2-session.js';
+import { encodeHeaders, type RequestHeaders } from '../../../shared/http2/hpack.js';
+import type { SessionStream } from '../../../shared/http2/session.js';
 import type { HttpExchange } from './gateway.js';
 import { commonNameOf, peerOf } from './peer.js';
 import { acceptWebSocket, isWebSocketUpgrade } from './websocket.js';

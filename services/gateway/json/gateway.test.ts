@@ -4,7 +4,7 @@
 // where it lay); this checks the net beneath them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { GrpcServer } from '../../../shared/grpc/http2-server.js';
+import { GrpcServer } from '../../../shared/grpc/server.js';
 import { service } from '../../../shared/proto/index.js';
 import { JsonGateway, type HttpExchange } from './gateway.js';
 

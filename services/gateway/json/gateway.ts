@@ -9,7 +9,7 @@
 // (exchanges.ts) both come in as an HttpExchange.
 import { Metadata, status as Status } from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
-import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/http2-server.js';
+import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/server.js';
 import { GatewayCall, type CallSink } from './call.js';
 import { JsonRequestError, readRequest, typeAsWritten, wireToJson } from './proto-json.js';
 import { routeOf } from './routes.js';

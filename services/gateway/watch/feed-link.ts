@@ -13,8 +13,8 @@ import type { MethodDefinition } from '@grpc/grpc-js';
 import { num } from '../../../shared/proto/index.js';
 import type { Logger } from '../../../shared/log.js';
 import { EtcdError } from '../../../shared/errors.js';
-import { STORAGE } from '../../../shared/grpc/batch-link.js';
-import { DEFAULT_WINDOW, UnixH2Channel, type H2Stream } from '../../../shared/grpc/h2-stream.js';
+import { STORAGE } from '../../../shared/batch-link/link.js';
+import { DEFAULT_WINDOW, UnixStreamChannel, type H2Stream } from '../../../shared/grpc/stream-channel.js';
 import type { Hub } from './hub.js';
 
 interface FeedMessage {
@@ -35,7 +35,7 @@ export const QUIET_AFTER_MS = 1000;
 
 export class FeedLink {
   /**
-   * Our own HTTP/2 stream, as the write links (shared/grpc/h2-stream.ts): storage sends a
+   * Our own HTTP/2 stream, as the write links (shared/grpc/stream-channel.ts): storage sends a
    * batch's feed message before its answers, so unless quiet, reading it is on every put's path.
    */
   private call: H2Stream<{ quiet?: boolean }, FeedMessage> | undefined;
@@ -60,7 +60,7 @@ export class FeedLink {
    * `channel`: the connection to storage, shared with the write links (storage writes a
    * batch's feed message and its answers in one socket write, read in one wake-up here).
    */
-  constructor(private readonly channel: UnixH2Channel, private readonly hub: Hub, private readonly log: Logger) {
+  constructor(private readonly channel: UnixStreamChannel, private readonly hub: Hub, private readonly log: Logger) {
     hub.onInterest = () => this.needed();
     this.open();
   }

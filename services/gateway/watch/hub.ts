@@ -11,7 +11,7 @@
 // compacted away meanwhile ends it with the compacted revision, as in etcd.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { changeOf, compactRevision, currentRevision, readHistory, type Change } from '../../../shared/mvcc/history.js';
-import { decodeEntry } from '../../storage/engine.js';
+import { decodeWalEntry } from '../../../shared/wal/entry.js';
 import type { Logger } from '../../../shared/log.js';
 import { MAX_REQUEST_BYTES } from '../../../shared/errors.js';
 import { contains, type KeyRange } from './key-range.js';
@@ -162,7 +162,7 @@ export class Hub {
       return;
     }
     for (const bytes of entries) {
-      const entry = decodeEntry(bytes);
+      const entry = decodeWalEntry(bytes);
       // Entries without a revision (compactions) change nothing watchers see; older ones were
       // already served from history after a gap.
       if (entry.revision <= this.rev || entry.mutations.length === 0) continue;

@@ -2,7 +2,7 @@
 // (etcdserver/api/v3rpc/watch.go, mvcc/watcher.go): ids, created/cancel responses, filters,
 // prev_kv, fragments, progress. The watchers themselves live in the hub.
 import * as grpc from '@grpc/grpc-js';
-import type { ServerCall, UnaryCallback } from '../../../shared/grpc/http2-server.js';
+import type { ServerCall, UnaryCallback } from '../../../shared/grpc/server.js';
 import { service, num } from '../../../shared/proto/index.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { EventType, previousVersion, type Change } from '../../../shared/mvcc/history.js';

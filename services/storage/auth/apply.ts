@@ -2,28 +2,8 @@
 // write path and WAL replay both come here, so a replayed entry lands as it did the first time.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { AUTH_META_KEY, authMeta, authTables, decodeRole, decodeUser, encodeToken } from '../../../shared/auth/tables.js';
+import type { AuthChange } from '../../../shared/wal/entry.js';
 import { asBuffer as buf } from '../../../shared/bytes.js';
-
-export interface AuthTokenRecord {
-  digest: Uint8Array;
-  user: string;
-  expiresAtMs: number;
-}
-
-/** A decoded kvs.storage.AuthChange. */
-export interface AuthChange {
-  putUsers: Uint8Array[];
-  deleteUsers: Uint8Array[];
-  putRoles: Uint8Array[];
-  deleteRoles: Uint8Array[];
-  /** 0: unchanged, 1: enabled, 2: disabled. */
-  enabled: number;
-  /** The auth revision after the change; 0: unchanged. */
-  authRevision: number;
-  putTokens: AuthTokenRecord[];
-  deleteTokens: Uint8Array[];
-  deleteAllTokens: boolean;
-}
 
 export const ENABLE = 1;
 export const DISABLE = 2;

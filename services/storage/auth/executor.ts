@@ -17,9 +17,9 @@ import {
 } from '../../../shared/auth/tables.js';
 import { isValidPermissionRange } from '../../../shared/auth/perms.js';
 import type { Header } from '../../../shared/mvcc/responses.js';
-import type { WalEntry } from '../mvcc/apply.js';
 import { Op, isAuthOp } from '../../../shared/storage/ops.js';
-import { applyAuthChange, emptyChange, ENABLE, DISABLE, type AuthChange } from './apply.js';
+import { applyAuthChange, emptyChange, ENABLE, DISABLE } from './apply.js';
+import type { AuthChange, WalEntry } from '../../../shared/wal/entry.js';
 
 const LETTERS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
 /** Expired tokens removed per Authenticate, so that the table never grows with dead tokens. */

@@ -2,12 +2,7 @@
 // replay both go through it, so replay rebuilds the tables byte for byte.
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { leaseKey, encodeGrant } from '../../../shared/mvcc/leases.js';
-
-/** The lease part of a WAL entry (kvs.storage.WalEntry fields 4 and 5). */
-export interface LeaseChanges {
-  leaseGrant?: { id: bigint; ttl: number };
-  leaseRevoke?: { id: bigint };
-}
+import type { LeaseChanges } from '../../../shared/wal/entry.js';
 
 export function applyGrant(db: MvccDb, id: bigint, ttl: number): void {
   db.leases.putSync(leaseKey(id), encodeGrant(ttl));

@@ -9,7 +9,7 @@ import { MAX_LEASE_TTL, MIN_LEASE_TTL, allLeases, leaseExists, leaseKeys } from 
 import { EtcdError, Errors, decodeRequest } from '../../../shared/errors.js';
 import { decode, encode, bigint, num, int64, type Long } from '../../../shared/proto/index.js';
 import type { Executor } from '../mvcc/execute.js';
-import type { WalEntry } from '../mvcc/apply.js';
+import type { WalEntry } from '../../../shared/wal/entry.js';
 import { applyGrant, applyRevoke } from './apply.js';
 import { ExpiryQueue } from './expiry.js';
 import { Op } from '../../../shared/storage/ops.js';

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { byRevision, entryOf } from './follow.js';
 import { decodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
-import { MUTATION_DELETE, MUTATION_PUT } from '../mvcc/apply.js';
+import { MUTATION_DELETE, MUTATION_PUT } from '../../../shared/wal/entry.js';
 
 const kv = (key: string, mod: number, extra: Partial<{ createRevision: number; version: number; value: string; lease: number }> = {}) => ({
   key: Buffer.from(key),

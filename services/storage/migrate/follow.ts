@@ -18,7 +18,8 @@ import { bigint, int64, num } from '../../../shared/proto/index.js';
 import { isUnavailable, USER_EMPTY, type EtcdClient } from '../../../shared/etcd-client.js';
 import { authMeta, encodeRole, encodeUser, listRoles, listUsers, type Role, type User } from '../../../shared/auth/tables.js';
 import { DISABLE, emptyChange, ENABLE } from '../auth/apply.js';
-import { applyEntry, MUTATION_DELETE, MUTATION_PUT, type Mutation, type WalEntry } from '../mvcc/apply.js';
+import { applyEntry } from '../mvcc/apply.js';
+import { MUTATION_DELETE, MUTATION_PUT, type Mutation, type WalEntry } from '../../../shared/wal/entry.js';
 
 /** etcd cancelled the watch: the revisions after ours are compacted away on etcd. */
 export class CompactedError extends Error {

@@ -5,28 +5,11 @@ import { META } from '../../../shared/mvcc/schema.js';
 import { decodeKeyValue, encodeKeyValue, EMPTY } from '../../../shared/mvcc/keyvalue.js';
 import { revKey, keyRevValue, EVENT_PUT, EVENT_DELETE } from '../../../shared/mvcc/revision.js';
 import { liveRecord } from '../../../shared/mvcc/keyindex.js';
-import { reattach, applyLeaseChanges, type LeaseChanges } from '../lease/apply.js';
+import { reattach, applyLeaseChanges } from '../lease/apply.js';
 import { markCompaction } from './compaction.js';
-import { applyAuthChange, type AuthChange } from '../auth/apply.js';
+import { applyAuthChange } from '../auth/apply.js';
 import { asBuffer } from '../../../shared/bytes.js';
-
-export const MUTATION_PUT = 0;
-export const MUTATION_DELETE = 1;
-
-export interface Mutation {
-  type: number;
-  /** mvccpb.KeyValue bytes: the new version for PUT, a tombstone (key, mod_revision) for DELETE. */
-  kv: Uint8Array;
-}
-
-/** A decoded kvs.storage.WalEntry. */
-export interface WalEntry extends LeaseChanges {
-  revision: number;
-  mutations: Mutation[];
-  compactRevision: number;
-  /** Users, roles, the enabled flag or tokens changed (services/storage/auth). */
-  auth?: AuthChange;
-}
+import { MUTATION_DELETE, MUTATION_PUT, type WalEntry } from '../../../shared/wal/entry.js';
 
 const EMPTY_VALUE = Buffer.alloc(0);
 

@@ -14,7 +14,8 @@ import { isLive, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { rangeParams, type CompactionRequest, type Compare, type DeleteRangeRequest, type Int64, type PutRequest, type RangeRequest, type RequestOp, type TxnRequest } from '../../../shared/mvcc/requests.js';
 import { checkIntervals, checkPutRequest, checkTxnRequest } from '../../../shared/mvcc/request-checks.js';
 import { markCompaction } from './compaction.js';
-import { applyPut, applyDelete, MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from './apply.js';
+import { applyPut, applyDelete } from './apply.js';
+import { MUTATION_PUT, MUTATION_DELETE, type Mutation, type WalEntry } from '../../../shared/wal/entry.js';
 import { asBuffer as buf } from '../../../shared/bytes.js';
 
 export interface Identity {

@@ -9,7 +9,7 @@ import path from 'node:path';
 import fs from 'node:fs';
 import tls from 'node:tls';
 import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
-import { fingerprint } from './client-tls.js';
+import { fingerprint } from './client-port.js';
 
 export interface PeerTlsFiles {
   ca: string;

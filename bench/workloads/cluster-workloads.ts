@@ -1,5 +1,5 @@
 // The cluster workloads: a three-member kvs cluster against a three-member etcd 3.4 cluster
-// (bench/cluster.ts), both at their default flags.
+// (bench/cluster-servers.ts), both at their default flags.
 //   cluster-seq-put, cluster-par-put:   seq-put / par-put with the clients on the leader
 //   cluster-{seq,par}-put-via-follower: the same through a follower (which forwards the writes)
 //   cluster-seq-get, cluster-par-get:   seq-get / par-get (linearizable) on a follower
@@ -46,7 +46,7 @@ const RECOVERY_TIMEOUT_MS = 120_000;
  * An open-loop writer through one member: a Put of a new key every PUT_INTERVAL_MS, each
  * with its own deadline; records when each started and ended and whether it was acknowledged.
  */
-class Writer {
+class FailoverWriter {
   private readonly kv: KvClient;
   private readonly value = value();
   private timer: NodeJS.Timeout | undefined;
@@ -144,7 +144,7 @@ export async function failoverTrial(target: MeasureTarget, _opts?: unknown, roun
   const leader = await c.leader();
   // The client writes through a member that survives: the one after the leader.
   const via = (leader + 1) % c.members.length;
-  const writer = new Writer(c.members[via]!.endpoint, 'failover');
+  const writer = new FailoverWriter(c.members[via]!.endpoint, 'failover');
   let killedAt: number;
   let ackAt: number;
   try {

@@ -8,12 +8,12 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { status, type MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
-import { GrpcServer, type ServerCall } from './http2-server.js';
-import { serveBatchStream } from './batch-stream.js';
-import { STORAGE, storageLink } from './batch-link.js';
-import { CallError, DEFAULT_WINDOW, H2Channel, UnixH2Channel, type H2Stream } from './h2-stream.js';
+import { GrpcServer, type ServerCall } from './server.js';
+import { serveBatchStream } from '../batch-link/serve.js';
+import { STORAGE, storageLink } from '../batch-link/link.js';
+import { CallError, DEFAULT_WINDOW, StreamChannel, UnixStreamChannel, type H2Stream } from './stream-channel.js';
 import { MessageReader, frame } from './framing.js';
-import { bindUnix } from './server.js';
+import { bindUnix } from './plumbing.js';
 import { EtcdError } from '../errors.js';
 
 const silent = pino({ level: 'silent' });
@@ -38,7 +38,7 @@ async function echoStorage(socket: string): Promise<GrpcServer> {
 
 /** A write link to `socket` on a channel of its own; both closed, and the server shut down, after the test. */
 function writeLink(t: TestContext, socket: string, server: () => GrpcServer) {
-  const channel = new UnixH2Channel(socket);
+  const channel = new UnixStreamChannel(socket);
   const link = storageLink(channel, silent, 'Write', 2000);
   t.after(async () => {
     link.close();
@@ -111,7 +111,7 @@ test('a server-streaming call on our HTTP/2 stream: messages in order, then end;
     },
   });
   await bindUnix(server, socket);
-  const channel = new UnixH2Channel(socket);
+  const channel = new UnixStreamChannel(socket);
   t.after(async () => {
     channel.close();
     await server.shutdown(100);
@@ -146,7 +146,7 @@ test('a server-streaming call on our HTTP/2 stream: messages in order, then end;
 test('H2Stream.write calls back once the message left, and refuses a stream that has closed', async (t) => {
   const socket = socketPath(t);
   const server = await echoStorage(socket);
-  const channel = new UnixH2Channel(socket);
+  const channel = new UnixStreamChannel(socket);
   t.after(async () => {
     channel.close();
     await server.shutdown(100);
@@ -174,7 +174,7 @@ test('a write link and the feed on one connection: a feed message and the answer
       feedCall = call;
       call.write({ revision: 1, entries: [] });
     },
-    // As storage's engine: the batch's feed message first, then its answers (batch-stream.ts
+    // As storage's engine: the batch's feed message first, then its answers (shared/batch-link/serve.ts
     // sends those from a callback queued after).
     Write(call: ServerCall<any, any>) {
       let revision = 1;
@@ -210,7 +210,7 @@ test('a write link and the feed on one connection: a feed message and the answer
   assert.equal(serverWrites, 1, 'the feed message and the answer in one socket write');
 });
 
-test('H2Channel: every call carries the channel\'s headers; a unary call is answered, and one left unanswered fails with DEADLINE_EXCEEDED', async (t) => {
+test('StreamChannel: every call carries the channel\'s headers; a unary call is answered, and one left unanswered fails with DEADLINE_EXCEEDED', async (t) => {
   const socket = socketPath(t);
   const server = new GrpcServer({ maxReceiveMessageLength: 2 ** 31 - 1 });
   const seen: unknown[] = [];
@@ -221,7 +221,7 @@ test('H2Channel: every call carries the channel\'s headers; a unary call is answ
     },
   });
   await bindUnix(server, socket);
-  const channel = new H2Channel(() => net.connect(socket), { headers: { 'kvs-leader-epoch': 'e1' } });
+  const channel = new StreamChannel(() => net.connect(socket), { headers: { 'kvs-leader-epoch': 'e1' } });
   t.after(async () => {
     channel.close();
     await server.shutdown(100);
@@ -237,7 +237,7 @@ test('H2Channel: every call carries the channel\'s headers; a unary call is answ
   assert.deepEqual(seen, ['e1', 'e1']);
 });
 
-test('H2Channel keepalive: a connection whose far end stops answering is closed, and its calls fail with UNAVAILABLE', async (t) => {
+test('StreamChannel keepalive: a connection whose far end stops answering is closed, and its calls fail with UNAVAILABLE', async (t) => {
   // A far end that accepts and then says nothing (a host gone, a partition): TCP keeps the
   // connection open, so only the PING tells.
   const sockets: net.Socket[] = [];
@@ -245,8 +245,8 @@ test('H2Channel keepalive: a connection whose far end stops answering is closed,
   await new Promise<void>((resolve) => silentServer.listen(0, '127.0.0.1', resolve));
   const port = (silentServer.address() as net.AddressInfo).port;
   const dial = () => net.connect({ host: '127.0.0.1', port });
-  const probed = new H2Channel(dial, { keepalive: { idleMs: 200, timeoutMs: 200 } });
-  const unprobed = new H2Channel(dial);
+  const probed = new StreamChannel(dial, { keepalive: { idleMs: 200, timeoutMs: 200 } });
+  const unprobed = new StreamChannel(dial);
   t.after(() => {
     probed.close();
     unprobed.close();

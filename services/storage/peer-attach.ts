@@ -12,8 +12,8 @@
 // disconnected) and attaches again by itself once the space is back, then catches up.
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
-import { UnixH2Channel, type H2Stream } from '../../shared/grpc/h2-stream.js';
-import { Role } from '../../shared/cluster.js';
+import { UnixStreamChannel, type H2Stream } from '../../shared/grpc/stream-channel.js';
+import { Role } from '../../shared/membership.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { decodeFrames, encodeFrames, type WalRecord } from '../../shared/wal/frame.js';
@@ -22,7 +22,7 @@ import { FreeSpaceError, mib } from './disk-space.js';
 import { Stage, stages } from '../../shared/stages.js';
 
 /**
- * On our own HTTP/2 stream (shared/grpc/h2-stream.ts), as the hop to storage: a cluster put
+ * On our own HTTP/2 stream (shared/grpc/stream-channel.ts), as the hop to storage: a cluster put
  * crosses this stream twice on the leader and twice on each follower.
  */
 const ATTACH = service('kvs.peer.Agent').Attach as MethodDefinition<object, AgentMessage>;
@@ -58,7 +58,7 @@ export interface ClusterHooks {
 }
 
 export class PeerAttach {
-  private readonly channel: UnixH2Channel;
+  private readonly channel: UnixStreamChannel;
   private stream: AttachStream | undefined;
   /** Leader: the batches sent and not yet answered, oldest first (the engine's flights). */
   private pending: Pending[] = [];
@@ -80,7 +80,7 @@ export class PeerAttach {
     /** --peer-buffer-size: how many recent entries the leader's peer agent keeps. */
     private readonly bufferSize = 10_000,
   ) {
-    this.channel = new UnixH2Channel(socket);
+    this.channel = new UnixStreamChannel(socket);
     engine.replicate = {
       send: (first, last, frames, revision) => this.replicate(first, last, frames, revision),
       durable: (through, err) => void this.stream?.write({ durable: { through, error: err ? err.message : '' } }),

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { createLogger } from '../log.js';
 import { Errors } from '../errors.js';
-import { BatchLink, type BatchCalls } from './batch-link.js';
+import { BatchLink, type BatchCalls } from './link.js';
 
 const log = createLogger('test', 'silent');
 

@@ -16,7 +16,7 @@ interface Response {
   events: { kv: { modRevision: number | { high: number; low: number } } }[];
 }
 
-export class WatchStream {
+export class WatchLoadStream {
   private readonly client: grpc.Client;
   private readonly call: grpc.ClientDuplexStream<Buffer, Buffer>;
   private pendingCreate: ((id: number) => void) | undefined;

@@ -5,7 +5,7 @@ import net from 'node:net';
 import { createRequire } from 'node:module';
 import * as grpc from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
-import { GrpcServer, ServerCall, encodeGrpcMessage, parseTimeout, type UnaryCallback } from './http2-server.js';
+import { GrpcServer, ServerCall, encodeGrpcMessage, parseTimeout, type UnaryCallback } from './server.js';
 
 const KV = grpc.makeGenericClientConstructor(service('etcdserverpb.KV'), 'KV');
 const Watch = grpc.makeGenericClientConstructor(service('etcdserverpb.Watch'), 'Watch');

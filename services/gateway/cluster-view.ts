@@ -6,9 +6,9 @@
 import { status, type MethodDefinition } from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
-import { UnixH2Channel, type CallError, type H2Stream } from '../../shared/grpc/h2-stream.js';
-import { Role } from '../../shared/cluster.js';
-import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/grpc/batch-link.js';
+import { UnixStreamChannel, type CallError, type H2Stream } from '../../shared/grpc/stream-channel.js';
+import { Role } from '../../shared/membership.js';
+import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/batch-link/link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { Op } from '../../shared/storage/ops.js';
@@ -45,9 +45,9 @@ export class ClusterView {
   degraded = false;
   /**
    * One connection to the peer agent for its State stream, ReadIndex and the Forward links, on
-   * our own HTTP/2 (h2-stream.ts): every linearizable read on a follower crosses it twice.
+   * our own HTTP/2 (shared/grpc/stream-channel.ts): every linearizable read on a follower crosses it twice.
    */
-  private readonly channel: UnixH2Channel;
+  private readonly channel: UnixStreamChannel;
   private call: H2Stream<object, StateMessage> | undefined;
   private closed = false;
   /** The ReadIndex call in flight, and the one that the reads arriving meanwhile share. */
@@ -55,7 +55,7 @@ export class ClusterView {
   private pending: Promise<number> | undefined;
 
   constructor(socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
-    this.channel = new UnixH2Channel(socket);
+    this.channel = new UnixStreamChannel(socket);
     this.open();
   }
 

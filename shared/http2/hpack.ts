@@ -1,4 +1,4 @@
-// HPACK (RFC 7541) for the client port's HTTP/2 server (http2-session.ts).
+// HPACK (RFC 7541) for the client port's HTTP/2 server (session.ts).
 //
 // Decoding keeps the connection's dynamic table, so it is hpack.js's (spdy's HPACK, a
 // dependency: Huffman codes, table size updates). Encoding is ours and needs no table: the

@@ -9,7 +9,7 @@
 // without having been sent.
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
-import { UnixH2Channel } from './h2-stream.js';
+import { UnixStreamChannel } from '../grpc/stream-channel.js';
 import { EtcdError, Errors } from '../errors.js';
 import type { Logger } from '../log.js';
 
@@ -27,7 +27,7 @@ interface Queued {
 }
 interface Result { id: number | { toNumber(): number }; body: Buffer; code: number; message: string }
 
-/** kvs.storage.Storage's methods, for callers on our own HTTP/2 streams (h2-stream.ts). */
+/** kvs.storage.Storage's methods, for callers on our own HTTP/2 streams (shared/grpc/stream-channel.ts). */
 export const STORAGE = service('kvs.storage.Storage');
 
 /** What callers of a write stream need: the gateway's services take any of them. */
@@ -54,7 +54,7 @@ interface BatchCall {
   end(): void;
 }
 
-/** Opens the link's calls: our own streams (h2-stream.ts), to storage, the peer agent or the leader. */
+/** Opens the link's calls: our own streams (shared/grpc/stream-channel.ts), to storage, the peer agent or the leader. */
 export interface BatchCalls {
   open(): BatchCall;
   close(): void;
@@ -212,11 +212,11 @@ export class BatchLink implements WriteLink {
 }
 
 /**
- * A link on our own HTTP/2 streams (h2-stream.ts) to a batch method served on a Unix socket.
+ * A link on our own HTTP/2 streams (shared/grpc/stream-channel.ts) to a batch method served on a Unix socket.
  * Given a channel, the link shares its connection and leaves closing it to its owner.
  */
-export function unixBatchLink(to: string | UnixH2Channel, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
-  const channel = typeof to === 'string' ? new UnixH2Channel(to) : to;
+export function unixBatchLink(to: string | UnixStreamChannel, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
+  const channel = typeof to === 'string' ? new UnixStreamChannel(to) : to;
   const def = method as MethodDefinition<unknown, { results: Result[] }>;
   return new BatchLink({ open: () => channel.stream(def), close: () => {
     if (typeof to === 'string') channel.close();
@@ -227,6 +227,6 @@ export function unixBatchLink(to: string | UnixH2Channel, method: MethodDefiniti
  * The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock,
  * on `channel`, a connection to it that the caller's other links to storage share.
  */
-export function storageLink(channel: UnixH2Channel, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
+export function storageLink(channel: UnixStreamChannel, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
   return unixBatchLink(channel, STORAGE[method]!, log, { waitMs });
 }

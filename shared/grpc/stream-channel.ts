@@ -1,18 +1,18 @@
 // The callers' side of our own gRPC streams: the internal ones on Unix sockets (storage's
 // Write, Lease and Feed; the peer agent's Attach and Forward) and the peer port between nodes
 // (a follower's Follow, Forward and GetRevision to its leader). It is the client side of our
-// HTTP/2 session (http2-session.ts) with gRPC's framing, no gRPC library. A message on a hop
+// HTTP/2 session (shared/http2/session.ts) with gRPC's framing, no gRPC library. A message on a hop
 // cost about half the CPU and latency of @grpc/grpc-js's client and server (`npm run hop`),
 // and node's http2 client sent each write from a later phase of the event loop
-// (docs/perf/hop-costs.md). The servers are our own too (http2-server.ts). It does only what our
+// (docs/perf/hop-costs.md). The servers are our own too (server.ts). It does only what our
 // own calls need: no metadata beyond fixed headers, no compression, no retries (the caller
 // reconnects: the batch link, the follower's loop), deadlines only on a unary call.
 import net from 'node:net';
 import { EventEmitter } from 'node:events';
 import { status, type MethodDefinition } from '@grpc/grpc-js';
 import { MessageReader, writeMessage } from './framing.js';
-import type { RequestHeaders } from './hpack.js';
-import { ClientSession, DEFAULT_WINDOW, H2_CANCEL, H2_INTERNAL_ERROR, type SessionStream } from './http2-session.js';
+import type { RequestHeaders } from '../http2/hpack.js';
+import { ClientSession, DEFAULT_WINDOW, H2_CANCEL, H2_INTERNAL_ERROR, type SessionStream } from '../http2/session.js';
 
 export { DEFAULT_WINDOW };
 
@@ -49,7 +49,7 @@ export class CallError extends Error {
  * Several calls may share it (the gateway's write links and feed): what the server answers on
  * them in one turn arrives in one read.
  */
-export class H2Channel {
+export class StreamChannel {
   private session: ClientSession | undefined;
   private keepaliveTimer: NodeJS.Timeout | undefined;
 
@@ -115,7 +115,7 @@ export class H2Channel {
 }
 
 /** A channel to one of our own Unix sockets. */
-export class UnixH2Channel extends H2Channel {
+export class UnixStreamChannel extends StreamChannel {
   constructor(socket: string) {
     super(() => net.connect(socket));
   }

@@ -22,7 +22,7 @@ interface Pending {
   deadline: number;
 }
 
-export class H2Channel {
+export class UnaryGrpcChannel {
   private session: http2.ClientHttp2Session | undefined;
   private readonly pending = new Set<Pending>();
   private sweeper: NodeJS.Timeout | undefined;

@@ -1,6 +1,9 @@
 // One HTTP/2 connection (RFC 9113) as gRPC uses it. The server side is the transport under the
-// client port's gRPC server (http2-server.ts) and the internal services' sockets; the client
-// side carries our own processes' long-lived internal streams (h2-stream.ts).
+// client port's gRPC server (shared/grpc/server.ts) and the internal services' sockets; the client
+// side carries our own processes' long-lived internal streams (shared/grpc/stream-channel.ts).
+// One file because it is one state machine: the frame parser, the flow-control windows and the
+// stream table of a connection change together; the two sides differ only in who opens streams
+// (ServerSession, ClientSession at the end).
 //
 // Why not node:http2: measured on the reference machine with etcd's Go client (the bench's
 // `--client go`), a unary call answered at once cost node's HTTP/2 server 200–330 µs of CPU
