@@ -445,3 +445,33 @@ test('with mutual TLS on the client port (--client-tls-ca) the console reaches i
   assert.ok(view.self.revision! >= 1, body);
   assert.deepEqual(view.members.map((m) => m.up), [true]);
 });
+
+test("a follower's console says when its leader is degraded, and why, as the leader's own console does; and when that clears", { timeout: 240_000 }, async (t) => {
+  const ports = new Map<string, number>();
+  const cluster = await startCluster(t, 3, { nodeArgs: async (id) => (ports.set(id, await reservePort(t)), ['--metrics-addr', `127.0.0.1:${ports.get(id)}`]) });
+  const leader = await waitForLeader(cluster.nodes);
+  const [watcher, missing] = cluster.nodes.filter((n) => n !== leader) as [(typeof cluster.nodes)[0], (typeof cluster.nodes)[0]];
+  type Peer = { role: string; leader: string; degraded: boolean; leaderDegraded: string };
+  const peerOf = async (n: { id: string }) => ((await (await fetch(`http://127.0.0.1:${ports.get(n.id)}/api/cluster`)).json()) as { peer: Peer }).peer;
+  let last: unknown;
+  const until = (what: string, ok: (follower: Peer, lead: Peer) => boolean) =>
+    pollUntil(what, async () => {
+      const [f, l] = [await peerOf(watcher), await peerOf(leader)];
+      last = { follower: f, leader: l };
+      return ok(f, l) ? { f, l } : undefined;
+    }, 60_000).catch((err: Error) => {
+      throw new Error(`${err.message}; the consoles show ${JSON.stringify(last)}`);
+    });
+  const healthy = await until('every follower caught up', (f, l) => f.role === 'follower' && f.leaderDegraded === '' && l.role === 'leader' && !l.degraded);
+  assert.equal(healthy.f.leader, leader.id);
+
+  // A follower goes missing: the leader replicates through the object store, and says so.
+  await missing.kvs.stop();
+  const degraded = await until(`the follower's console names ${missing.id} as the leader's trouble`, (f, l) => l.degraded && f.leaderDegraded !== '');
+  assert.equal(degraded.f.leaderDegraded, `${missing.id} disconnected`);
+  assert.equal(degraded.l.leaderDegraded, degraded.f.leaderDegraded, "the follower shows what the leader's console shows");
+  assert.equal(degraded.f.role, 'follower', 'the follower itself is still in sync');
+
+  await missing.kvs.restart();
+  await until('both consoles healthy again', (f, l) => f.leaderDegraded === '' && !l.degraded && l.leaderDegraded === '');
+});

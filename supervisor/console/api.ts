@@ -227,9 +227,10 @@ export class ConsoleApi {
         return sendJson(res, 200, await this.key(who, fromB64(q.get('key'), 'key')));
       case 'history': {
         const h = await keyHistory(await this.historyQuery(who, q));
-        // Earlier incarnations may lie between the compact revision and this one's creation.
+        // Earlier incarnations may lie between the compact revision (or revision 1, the empty
+        // store) and this one's creation.
         const before = h.revisions[0]?.createRevision ?? h.revision + 1;
-        return sendJson(res, 200, { ...h, revisions: historyJson(h.revisions, { left: HISTORY_VALUE_BUDGET }), earlier: before > h.compactRevision + 1 });
+        return sendJson(res, 200, { ...h, revisions: historyJson(h.revisions, { left: HISTORY_VALUE_BUDGET }), earlier: before > Math.max(h.compactRevision, 1) + 1 });
       }
       case 'history/earlier': {
         const h = await earlierIncarnations(await this.historyQuery(who, q));
