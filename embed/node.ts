@@ -1,18 +1,9 @@
-// The embedded node: every operation of the embedding API. Writes are the storage protocol's
-// requests (shared/storage/ops.ts, etcd's messages) handed to the host's write route, the same
-// path `kvs run`'s gateway sends them on; reads go to LMDB in this process (reads.ts); watches
-// to the commit feed and history (watch.ts). open() (open.ts) builds one.
+// The Node of the embedding API: what open() resolves with (its implementation is
+// embedded-node.ts). Keys and values are string (UTF-8) or bytes; reads return Buffers.
+// Writes are acknowledged once durable (in the WAL, fsynced; with an object store and
+// walSyncUpload, also uploaded), as `kvs run` acknowledges them.
 import type { Registry } from 'prom-client';
-import { Op } from '../shared/storage/ops.js';
-import { classifyTxn } from '../shared/mvcc/write-kind.js';
-import * as M from '../shared/metrics.js';
-import type { Host } from './host.js';
-import type { Spans, ReadKind } from './spans.js';
-import type { Bytes, ReadConsistency, ServeOptions } from './options.js';
-import { Watches, type Watcher } from './watch.js';
-import { countRange, getKey, listRange, snapshot } from './reads.js';
-import * as C from './codec.js';
-import { ErrClosed, ErrCompacted, ErrFutureRev, ErrKeyExists, ErrLeaseNotFound, ErrRevisionMismatch, KvsError } from './errors.js';
+import type { Bytes, ServeOptions } from './options.js';
 import type {
   DeleteResult, GetOptions, KeyValue, Lease, LeaseStatus, ListOptions, ListResult, PutOptions, Role, Txn, TxnResult, WatchEvent, WatchOptions, WriteResult,
 } from './types.js';
@@ -22,303 +13,85 @@ export interface Watch extends AsyncIterableIterator<WatchEvent> {
   close(): void;
 }
 
-export interface NodeParts {
-  host: Host;
-  spans: Spans;
-  readConsistency: ReadConsistency;
-  /** Stops what open() started and closes the engine. */
-  close: () => Promise<void>;
-}
+export interface Node {
+  // ---- writes ---------------------------------------------------------------------------------
 
-export class Node {
-  readonly #host: Host;
-  readonly #spans: Spans;
-  readonly #watches: Watches;
-  readonly #linearizable: boolean;
-  readonly #closeParts: () => Promise<void>;
-  #closing: Promise<void> | undefined;
-  #registry: Registry | undefined;
-  readonly #unsubscribeGauges: () => void;
-
-  /** @internal open() makes nodes. */
-  constructor(parts: NodeParts) {
-    this.#host = parts.host;
-    this.#spans = parts.spans;
-    this.#linearizable = parts.readConsistency === 'linearizable';
-    this.#closeParts = parts.close;
-    const engine = parts.host.engine;
-    this.#watches = new Watches(engine.db, engine.feed);
-    // The revision gauges follow each committed batch (`kvs run`'s storage sets them per scrape).
-    const gauges = () => {
-      M.currentRevision.set(engine.revision);
-      M.compactRevision.set(engine.executor.compactRevision);
-    };
-    gauges();
-    this.#unsubscribeGauges = engine.feed.subscribe(gauges);
-  }
-
-  // ---- writes -------------------------------------------------------------------------------
-
-  /** Writes `value` under `key` (creating or replacing it). */
-  async put(key: Bytes, value: Bytes, opts: PutOptions = {}): Promise<WriteResult> {
-    const k = C.toBytes(key);
-    const body = C.putRequest(k, C.toBytes(value, 'value'), C.leaseId(opts.lease));
-    return this.#spans.write('put', k, async (tp) => ({ revision: C.revisionOf('etcdserverpb.PutResponse', await this.#write(Op.PUT, body, tp)) }));
-  }
-
-  /** Writes `key` only if it does not exist; rejects with ErrKeyExists if it does. */
-  async create(key: Bytes, value: Bytes, opts: PutOptions = {}): Promise<WriteResult> {
-    const k = C.toBytes(key);
-    const r = await this.#guarded('create', k, 0, [{ put: k, value, lease: opts.lease }]);
-    if (!r.succeeded) throw new ErrKeyExists(k, modRevisionIn(r));
-    return { revision: r.revision };
-  }
-
+  /** Writes `value` under `key` (creating or replacing it). Span kvs.put. */
+  put(key: Bytes, value: Bytes, opts?: PutOptions): Promise<WriteResult>;
+  /** Writes `key` only if it does not exist; rejects with ErrKeyExists if it does. Span kvs.create. */
+  create(key: Bytes, value: Bytes, opts?: PutOptions): Promise<WriteResult>;
   /**
    * Compare-and-swap: writes `value` only if the key's mod revision is `expectedModRevision`
-   * (from a read); rejects with ErrRevisionMismatch (carrying the actual one) otherwise.
+   * (from a read; 0: the key must not exist); rejects with ErrRevisionMismatch, carrying the
+   * actual mod revision, otherwise. Span kvs.update.
    */
-  async update(key: Bytes, value: Bytes, expectedModRevision: number, opts: PutOptions = {}): Promise<WriteResult> {
-    const k = C.toBytes(key);
-    const r = await this.#guarded(expectedModRevision === 0 ? 'create' : 'update', k, expectedModRevision, [{ put: k, value, lease: opts.lease }]);
-    if (!r.succeeded) throw new ErrRevisionMismatch(k, expectedModRevision, modRevisionIn(r));
-    return { revision: r.revision };
-  }
-
-  /** Deletes `key`; `deleted` is 0 if it did not exist. */
-  async delete(key: Bytes): Promise<DeleteResult> {
-    const k = C.toBytes(key);
-    const body = C.deleteRequest(k);
-    return this.#spans.write('delete', k, async (tp) => C.deleteResult(await this.#write(Op.DELETE_RANGE, body, tp)));
-  }
-
-  /** Deletes `key` only if its mod revision is `revision`; rejects with ErrRevisionMismatch otherwise. */
-  async deleteIfRevision(key: Bytes, revision: number): Promise<DeleteResult> {
-    const k = C.toBytes(key);
-    const r = await this.#guarded('delete_if_revision', k, revision, [{ delete: k }]);
-    if (!r.succeeded) throw new ErrRevisionMismatch(k, revision, modRevisionIn(r));
-    const op = r.results[0];
-    return { revision: r.revision, deleted: op?.type === 'delete' ? op.deleted : 0 };
-  }
-
+  update(key: Bytes, value: Bytes, expectedModRevision: number, opts?: PutOptions): Promise<WriteResult>;
+  /** Deletes `key`; `deleted` is 0 if it did not exist. Span kvs.delete. */
+  delete(key: Bytes): Promise<DeleteResult>;
+  /** Deletes `key` only if its mod revision is `revision`; rejects with ErrRevisionMismatch otherwise. Span kvs.delete_if_revision. */
+  deleteIfRevision(key: Bytes, revision: number): Promise<DeleteResult>;
   /**
    * etcd's Txn: if every condition of `if` holds, the operations of `then` run, else those of
-   * `else`, all at one revision. See docs/embedding.md#transactions.
+   * `else`, all at one revision (docs/embedding.md#transactions). Span kvs.txn, or the name
+   * of the shape it has (kvs.create, kvs.update, kvs.delete_if_revision), as for `kvs run`.
    */
-  async txn(t: Txn): Promise<TxnResult> {
-    const message = C.txnMessage(t.if ?? [], t.then ?? [], t.else ?? []);
-    const { kind, key } = classifyTxn(message);
-    const body = C.encodeTxn(message);
-    return this.#spans.write(kind, key, async (tp) => C.txnResult(await this.#write(Op.TXN, body, tp)));
-  }
-
+  txn(t: Txn): Promise<TxnResult>;
   /**
-   * Compacts the history up to `revision`: reads and watches below it fail with ErrCompacted.
-   * `physical`: resolves only once the compacted history is removed from disk.
+   * Compacts the history below `revision`: reads and watches below it fail with ErrCompacted.
+   * `physical`: resolves only once the compacted history is removed from disk. Span kvs.compact.
    */
-  async compact(revision: number, opts: { physical?: boolean } = {}): Promise<WriteResult> {
-    const body = C.compactRequest(revision, opts.physical === true);
-    return this.#spans.write('compact', undefined, async (tp) => {
-      try {
-        return { revision: C.revisionOf('etcdserverpb.CompactionResponse', await this.#write(Op.COMPACT, body, tp)) };
-      } catch (err) {
-        const revs = snapshot(this.#host.engine.db);
-        if (err instanceof ErrCompacted) throw new ErrCompacted(revision, revs.compacted);
-        if (err instanceof ErrFutureRev) throw new ErrFutureRev(revision, revs.current);
-        throw err;
-      }
-    });
-  }
+  compact(revision: number, opts?: { physical?: boolean }): Promise<WriteResult>;
 
-  // ---- reads --------------------------------------------------------------------------------
+  // ---- reads ----------------------------------------------------------------------------------
 
-  /** The key's value and revisions, or undefined. Linearizable or serializable as readConsistency says. */
-  get(key: Bytes, opts: GetOptions = {}): Promise<KeyValue | undefined> {
-    if (this.#linearizable) return this.linearizableGet(key, opts);
-    this.#check();
-    return settle(() => getKey(this.#host.engine.db, C.toBytes(key), opts.revision));
-  }
-
-  exists(key: Bytes): Promise<boolean> {
-    if (this.#linearizable) return this.linearizableExists(key);
-    this.#check();
-    return settle(() => countRange(this.#host.engine.db, C.toBytes(key), Buffer.alloc(0)) > 0);
-  }
-
+  /** The key's value and revisions, or undefined; linearizable or serializable as open()'s readConsistency says. */
+  get(key: Bytes, opts?: GetOptions): Promise<KeyValue | undefined>;
+  exists(key: Bytes): Promise<boolean>;
   /** The keys that start with `prefix` ('' for every key), in key order. */
-  list(prefix: Bytes, opts: ListOptions = {}): Promise<ListResult> {
-    if (this.#linearizable) return this.linearizableList(prefix, opts);
-    this.#check();
-    return settle(() => this.#list(prefix, opts));
-  }
-
-  /** How many keys start with `prefix`. */
-  count(prefix: Bytes): Promise<number> {
-    if (this.#linearizable) return this.linearizableCount(prefix);
-    this.#check();
-    return settle(() => this.#count(prefix));
-  }
-
-  /** get(), after this node holds everything committed when it was called (on a follower: the leader's revision). */
-  linearizableGet(key: Bytes, opts: GetOptions = {}): Promise<KeyValue | undefined> {
-    const k = C.toBytes(key);
-    return this.#linearized('get', k, () => getKey(this.#host.engine.db, k, opts.revision));
-  }
-
-  linearizableExists(key: Bytes): Promise<boolean> {
-    const k = C.toBytes(key);
-    return this.#linearized('exists', k, () => countRange(this.#host.engine.db, k, Buffer.alloc(0)) > 0);
-  }
-
-  linearizableList(prefix: Bytes, opts: ListOptions = {}): Promise<ListResult> {
-    const p = C.toBytes(prefix);
-    return this.#linearized('list', p, () => this.#list(p, opts));
-  }
-
-  linearizableCount(prefix: Bytes): Promise<number> {
-    const p = C.toBytes(prefix);
-    return this.#linearized('count', p, () => this.#count(p));
-  }
-
+  list(prefix: Bytes, opts?: ListOptions): Promise<ListResult>;
+  /** How many keys start with `prefix` ('' for every key). */
+  count(prefix: Bytes): Promise<number>;
+  /** get(), once this node holds everything committed when it was called (a follower: the leader's revision). Span kvs.get. */
+  linearizableGet(key: Bytes, opts?: GetOptions): Promise<KeyValue | undefined>;
+  /** Span kvs.exists. */
+  linearizableExists(key: Bytes): Promise<boolean>;
+  /** Span kvs.list. */
+  linearizableList(prefix: Bytes, opts?: ListOptions): Promise<ListResult>;
+  /** Span kvs.count. */
+  linearizableCount(prefix: Bytes): Promise<number>;
   /** The store's current revision (of the last write this node has applied). */
-  currentRevision(): number {
-    this.#check();
-    return snapshot(this.#host.engine.db).current;
-  }
-
+  currentRevision(): number;
   /** The compaction watermark: reads below it fail with ErrCompacted (0 before any compaction). */
-  compactRevision(): number {
-    this.#check();
-    return snapshot(this.#host.engine.db).compacted;
-  }
-
+  compactRevision(): number;
   /**
    * Changes of `keyOrPrefix` (with `prefix`, of every key starting with it) from
-   * `startRevision` (default: the next revision), as an async iterator. It ends when the node
-   * closes or the watch is closed; it throws ErrCompacted when it would need history that was
+   * `startRevision` (default: the next revision), in revision order. It ends when the node
+   * closes or the watch is closed, and throws ErrCompacted when it needs history that was
    * compacted (a start below the compact revision).
    */
-  watch(keyOrPrefix: Bytes, opts: WatchOptions = {}): Watch {
-    this.#check();
-    const w: Watcher = this.#watches.open(C.toBytes(keyOrPrefix), opts.prefix === true, opts.startRevision);
-    return w;
-  }
+  watch(keyOrPrefix: Bytes, opts?: WatchOptions): Watch;
 
-  // ---- leases -------------------------------------------------------------------------------
+  // ---- leases ---------------------------------------------------------------------------------
 
-  /** A lease of `ttl` seconds (at least 2): keys put with it are deleted when it expires or is revoked. */
-  async grantLease(ttl: number): Promise<Lease> {
-    if (!Number.isSafeInteger(ttl) || ttl < 1) throw new KvsError(`lease TTL must be a whole number of seconds, at least 1, got ${ttl}`, 3);
-    return C.leaseGrantResult(await this.#write(Op.LEASE_GRANT, C.leaseGrantRequest(ttl)));
-  }
-
-  /** Renews the lease to its full TTL; resolves with that TTL. A caller renews every TTL/3 or so. */
-  async keepAlive(lease: bigint | Lease): Promise<number> {
-    this.#check();
-    const id = C.leaseId(lease);
-    const ttl = C.leaseKeepAliveTtl(await this.#host.routes.lease(Op.LEASE_KEEPALIVE, C.leaseIdRequest(id)));
-    if (ttl <= 0) throw new ErrLeaseNotFound(id);
-    return ttl;
-  }
-
+  /** A lease of `ttl` seconds (at least 2, as etcd): keys put with it are deleted when it expires or is revoked. */
+  grantLease(ttl: number): Promise<Lease>;
+  /** Renews the lease to its full TTL and resolves with it; ErrLeaseNotFound once it is gone. Renew every TTL/3 or so. */
+  keepAlive(lease: bigint | Lease): Promise<number>;
   /** Revokes the lease and deletes its keys (in one revision). */
-  async revokeLease(lease: bigint | Lease): Promise<WriteResult> {
-    const id = C.leaseId(lease);
-    try {
-      return { revision: C.revisionOf('etcdserverpb.LeaseRevokeResponse', await this.#write(Op.LEASE_REVOKE, C.leaseIdRequest(id))) };
-    } catch (err) {
-      throw err instanceof ErrLeaseNotFound ? new ErrLeaseNotFound(id) : err;
-    }
-  }
+  revokeLease(lease: bigint | Lease): Promise<WriteResult>;
+  /** The lease's remaining TTL and keys; ErrLeaseNotFound for a lease that is gone. */
+  leaseTimeToLive(lease: bigint | Lease): Promise<LeaseStatus>;
 
-  /** The lease's remaining TTL and keys; rejects with ErrLeaseNotFound for a lease that is gone. */
-  async leaseTimeToLive(lease: bigint | Lease): Promise<LeaseStatus> {
-    this.#check();
-    const id = C.leaseId(lease);
-    const r = C.leaseTimeToLiveResult(await this.#host.routes.lease(Op.LEASE_TIME_TO_LIVE, C.leaseTimeToLiveRequest(id)));
-    if (r.ttl < 0) throw new ErrLeaseNotFound(id);
-    return r;
-  }
-
-  // ---- the node -----------------------------------------------------------------------------
+  // ---- the node -------------------------------------------------------------------------------
 
   /** single: no cluster; leader or follower: this node's role in its cluster now. */
-  role(): Role {
-    return this.#host.routes.role();
-  }
-
-  /** The node's metrics (kvs_* of docs/observability.md), to merge into the program's own registry. */
-  metrics(): Registry {
-    return (this.#registry ??= M.ownedRegistry(['storage']));
-  }
-
-  /** Serves this node to etcd clients on `listen` (etcdctl, the etcd3 package, ...). */
-  async serve(_opts: ServeOptions): Promise<{ close(): Promise<void> }> {
-    throw new KvsError('serve() is not supported yet', 12);
-  }
-
+  role(): Role;
+  /** The node's metrics (the kvs_* of docs/observability.md), to merge into the program's registry. */
+  metrics(): Registry;
+  /** Serves this node to etcd clients (etcdctl, the etcd3 package, ...) on `listen`. */
+  serve(opts: ServeOptions): Promise<{ close(): Promise<void> }>;
   /** Ends every watch, finishes the queued writes, and closes the data directory. Idempotent. */
-  close(): Promise<void> {
-    this.#closing ??= (async () => {
-      this.#watches.endAll();
-      this.#unsubscribeGauges();
-      await this.#closeParts();
-    })();
-    return this.#closing;
-  }
-
-  get closed(): boolean {
-    return this.#closing !== undefined;
-  }
-
-  // ---- internals ----------------------------------------------------------------------------
-
-  #check(): void {
-    if (this.#closing) throw new ErrClosed();
-  }
-
-  #write(op: number, body: Uint8Array, traceParent?: string): Promise<Buffer> {
-    if (this.#closing) return Promise.reject(new ErrClosed());
-    return this.#host.routes.write(op, body, traceParent);
-  }
-
-  /** A txn `If(mod_revision(k) == rev) Then(ops) Else(Range k)`: the shapes of create, update and guarded delete. */
-  #guarded(kind: 'create' | 'update' | 'delete_if_revision', key: Buffer, rev: number, then: Txn['then']): Promise<TxnResult> {
-    const message = C.txnMessage([{ key, target: 'modRevision', op: '==', value: rev }], then ?? [], [{ get: key }]);
-    const body = C.encodeTxn(message);
-    return this.#spans.write(kind, key, async (tp) => C.txnResult(await this.#write(Op.TXN, body, tp)));
-  }
-
-  #linearized<T>(kind: ReadKind, key: Buffer, read: () => T): Promise<T> {
-    if (this.#closing) return Promise.reject(new ErrClosed());
-    return this.#spans.read(kind, key, async () => {
-      await this.#host.routes.linearize();
-      return read();
-    });
-  }
-
-  #list(prefix: Bytes, opts: ListOptions): ListResult {
-    const [key, rangeEnd] = C.rangeOf(C.toBytes(prefix), true);
-    return listRange(this.#host.engine.db, key, rangeEnd, opts);
-  }
-
-  #count(prefix: Bytes): number {
-    const [key, rangeEnd] = C.rangeOf(C.toBytes(prefix), true);
-    return countRange(this.#host.engine.db, key, rangeEnd);
-  }
-}
-
-/** The mod revision the failed guard's Else(Range k) read (0: the key does not exist). */
-function modRevisionIn(r: TxnResult): number {
-  const read = r.results[0];
-  return read?.type === 'get' ? (read.kvs[0]?.modRevision ?? 0) : 0;
-}
-
-/** A synchronous read as a promise: its throw becomes the rejection. */
-function settle<T>(read: () => T): Promise<T> {
-  try {
-    return Promise.resolve(read());
-  } catch (err) {
-    return Promise.reject(err);
-  }
+  close(): Promise<void>;
+  /** Whether close() was called. */
+  readonly closed: boolean;
 }

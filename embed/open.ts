@@ -15,8 +15,8 @@
 // node.serve() (embed/serve.ts) hosts the gateway in-process on the same engine.
 import fs from 'node:fs';
 import { trace } from '@opentelemetry/api';
-import { createLogger, type Logger } from '../shared/log.js';
-import { tracingOver, type Tracing } from '../shared/tracing.js';
+import { createLogger } from '../shared/log.js';
+import { tracingOver } from '../shared/tracing.js';
 import { claimDataDir, releaseDataDir } from '../shared/data-dir-lock.js';
 import type { Engine, EngineOptions } from '../services/storage/engine.js';
 import { openStorageEngine, startHousekeeping } from '../services/storage/host.js';
@@ -24,19 +24,11 @@ import { applyAuthFlag } from '../services/storage/auth/startup.js';
 import { checkOptions, type ResolvedOptions } from './check-options.js';
 import type { OpenOptions } from './options.js';
 import { localRoutes, type Host } from './host.js';
+import type { Attachment } from './attachment.js';
 import { Spans } from './spans.js';
-import { Node } from './node.js';
+import { EmbeddedNode } from './embedded-node.js';
+import type { Node } from './node.js';
 import { KvsError } from './errors.js';
-
-/** What the object store and the cluster role plug into open() with (see the top of this file). */
-export interface Attachment {
-  /** Before the engine opens: engine options this attachment needs (merged in order). */
-  prepare?(ctx: { options: ResolvedOptions; log: Logger; tracing: Tracing }): Promise<EngineOptions | void>;
-  /** Once the engine is open, before open() resolves. */
-  start?(host: Host): Promise<void>;
-  /** At close() (and when open() fails after start), before the engine closes; in reverse order. */
-  stop?(): Promise<void>;
-}
 
 /** The attachments `options` ask for. */
 function attachments(_options: ResolvedOptions): Attachment[] {
@@ -95,7 +87,7 @@ export async function open(options: OpenOptions): Promise<Node> {
       onWritesRefused: (reason) => (reason ? log.warn({ reason }, 'writes are refused') : log.info('writes are taken again')),
     });
     if (!engineOptions.cluster) await applyAuthFlag(engine, opts.authEnabled, log);
-    return new Node({ host, spans: new Spans(tracing), readConsistency: opts.readConsistency, close: stop });
+    return new EmbeddedNode({ host, spans: new Spans(tracing), readConsistency: opts.readConsistency, close: stop });
   } catch (err) {
     await stop().catch(() => {});
     throw err;
