@@ -15,7 +15,7 @@ import { countRange, getKey, listRange, snapshot } from './reads.js';
 import * as C from './codec.js';
 import { ErrClosed, ErrCompacted, ErrFutureRev, ErrKeyExists, ErrLeaseNotFound, ErrRevisionMismatch, KvsError } from './errors.js';
 import type {
-  DeleteResult, GetOptions, KeyValue, Lease, LeaseStatus, ListOptions, ListResult, PutOptions, Role, Txn, TxnResult, WatchOptions, WriteResult,
+  DeleteResult, GetOptions, KeyValue, Lease, LeaseStatus, ListOptions, ListResult, PutOptions, Role, Txn, TxnOp, TxnResult, WatchOptions, WriteResult,
 } from './types.js';
 
 export interface NodeParts {
@@ -62,15 +62,14 @@ export class EmbeddedNode implements Node {
 
   async create(key: Bytes, value: Bytes, opts: PutOptions = {}): Promise<WriteResult> {
     const k = C.toBytes(key);
-    const r = await this.#guarded('create', k, 0, [{ put: k, value, lease: opts.lease }]);
-    if (!r.succeeded) throw new ErrKeyExists(k, modRevisionIn(r));
+    const r = await this.#guarded('create', k, 0, [{ put: k, value, lease: opts.lease }], (r) => new ErrKeyExists(k, modRevisionIn(r)));
     return { revision: r.revision };
   }
 
   async update(key: Bytes, value: Bytes, expectedModRevision: number, opts: PutOptions = {}): Promise<WriteResult> {
     const k = C.toBytes(key);
-    const r = await this.#guarded(expectedModRevision === 0 ? 'create' : 'update', k, expectedModRevision, [{ put: k, value, lease: opts.lease }]);
-    if (!r.succeeded) throw new ErrRevisionMismatch(k, expectedModRevision, modRevisionIn(r));
+    const kind = expectedModRevision === 0 ? 'create' : 'update';
+    const r = await this.#guarded(kind, k, expectedModRevision, [{ put: k, value, lease: opts.lease }], (r) => new ErrRevisionMismatch(k, expectedModRevision, modRevisionIn(r)));
     return { revision: r.revision };
   }
 
@@ -82,8 +81,7 @@ export class EmbeddedNode implements Node {
 
   async deleteIfRevision(key: Bytes, revision: number): Promise<DeleteResult> {
     const k = C.toBytes(key);
-    const r = await this.#guarded('delete_if_revision', k, revision, [{ delete: k }]);
-    if (!r.succeeded) throw new ErrRevisionMismatch(k, revision, modRevisionIn(r));
+    const r = await this.#guarded('delete_if_revision', k, revision, [{ delete: k }], (r) => new ErrRevisionMismatch(k, revision, modRevisionIn(r)));
     const op = r.results[0];
     return { revision: r.revision, deleted: op?.type === 'delete' ? op.deleted : 0 };
   }
@@ -241,11 +239,19 @@ export class EmbeddedNode implements Node {
     return this.#host.routes.write(op, body, traceParent);
   }
 
-  /** A txn `If(mod_revision(k) == rev) Then(ops) Else(Range k)`: the shapes of create, update and guarded delete. */
-  #guarded(kind: 'create' | 'update' | 'delete_if_revision', key: Buffer, rev: number, then: Txn['then']): Promise<TxnResult> {
-    const message = C.txnMessage([{ key, target: 'modRevision', op: '==', value: rev }], then ?? [], [{ get: key }]);
+  /**
+   * A txn `If(mod_revision(k) == rev) Then(ops) Else(Range k)`: the shapes of create, update and
+   * guarded delete. When the compare fails it rejects with `refused` (inside the span, which
+   * then records the error).
+   */
+  #guarded(kind: 'create' | 'update' | 'delete_if_revision', key: Buffer, rev: number, then: TxnOp[], refused: (r: TxnResult) => Error): Promise<TxnResult> {
+    const message = C.txnMessage([{ key, target: 'modRevision', op: '==', value: rev }], then, [{ get: key }]);
     const body = C.encodeTxn(message);
-    return this.#spans.write(kind, key, async (tp) => C.txnResult(await this.#write(Op.TXN, body, tp)));
+    return this.#spans.write(kind, key, async (tp) => {
+      const r = C.txnResult(await this.#write(Op.TXN, body, tp));
+      if (!r.succeeded) throw refused(r);
+      return r;
+    });
   }
 
   #linearized<T>(kind: ReadKind, key: Buffer, read: () => T): Promise<T> {
