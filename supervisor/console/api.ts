@@ -386,7 +386,9 @@ export class ConsoleApi {
       },
     });
     // The connection closing ends the watch; so does a client that half-closes it (done sending:
-    // a browser never does, a script that is done does).
+    // a browser never does, a script that is done does). A body sent with the GET is read and
+    // dropped: left unread, it would hold the socket's end behind it.
+    req.resume();
     res.on('close', cancel);
     req.socket.once('end', () => {
       cancel();
