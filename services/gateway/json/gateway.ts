@@ -7,6 +7,10 @@
 //
 // Transport-neutral: HTTP/1.1 (node's http server) and HTTP/2 requests that are not gRPC
 // (exchanges.ts) both come in as an HttpExchange.
+//
+// One file over 500 lines on purpose: it is one request's life, target to answer (the class), and
+// the Go net/http and grpc-gateway behaviours it copies on the way (paths, redirects, status
+// codes, error bodies, Grpc-Timeout) are the small pure helpers that the class reads beside it.
 import { Metadata, status as Status } from '@grpc/grpc-js';
 import type protobuf from 'protobufjs';
 import { type GrpcServer, type Route, type StatusLike } from '../../../shared/grpc/server.js';
