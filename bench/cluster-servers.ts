@@ -15,7 +15,7 @@ import { KvClient } from '../testkit/kv-client.js';
 import { key, value } from './keys.js';
 import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
-import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server } from './servers.js';
+import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, stopChild, waitReady, type DiskUsage, type Server } from './servers.js';
 import type { System } from './system.js';
 import type { ClusterControl } from './workload.js';
 import { TcpProxy } from '../testkit/proxy.js';
@@ -112,23 +112,8 @@ class Member {
   async stop(graceMs = 15_000): Promise<void> {
     const child = this.child;
     if (!child) return;
-    const pid = child.pid!;
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const t = setTimeout(() => {
-        try {
-          process.kill(this.group ? -pid : pid, 'SIGKILL');
-        } catch {}
-      }, graceMs);
-      await this.exited;
-      clearTimeout(t);
-    }
-    if (this.group) {
-      try {
-        process.kill(-pid, 'SIGKILL'); // nothing of the group survives its leader
-      } catch {}
-    }
-    cleanup.processGone(pid);
+    await stopChild(child, this.exited, this.group, graceMs);
+    cleanup.processGone(child.pid!);
   }
 }
 
