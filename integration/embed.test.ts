@@ -4,7 +4,7 @@
 // the refusals of bad options and of a second node on a held directory.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { tempDir } from '../testkit/harness.js';
+import { pollUntil, tempDir } from '../testkit/harness.js';
 import {
   open, ErrKeyExists, ErrRevisionMismatch, ErrCompacted, ErrFutureRev, ErrLeaseNotFound, ErrClosed, ErrInvalidArgument, KvsError, type Node, type WatchEvent,
 } from '../embed/index.js';
@@ -209,4 +209,24 @@ test('readConsistency serializable: the plain reads answer without the lineariza
   assert.equal(await node.exists('a'), true);
   assert.equal(await node.count(''), 1);
   assert.equal((await node.list('')).kvs.length, 1);
+});
+
+test('housekeeping runs in the embedded node: an expired lease deletes its key, automatic compaction compacts', async (t) => {
+  const dir = await tempDir(t, 'kvs-embed');
+  const node = await open({ dataDir: dir, autoCompact: { mode: 'revision', retainRevisions: 5, intervalMs: 100 } });
+  t.after(() => node.close());
+  const lease = await node.grantLease(2);
+  const put = await node.put('expiring', 'x', { lease });
+  // Nothing but the watch holds the process meanwhile: a waiting watch keeps it alive.
+  const watch = node.watch('expiring');
+  const [gone] = await take(watch, 1);
+  assert.equal(gone!.type, 'delete', 'the key went with its lease');
+  assert.ok(gone!.revision > put.revision);
+  await assert.rejects(node.keepAlive(lease), ErrLeaseNotFound);
+
+  for (let i = 0; i < 20; i++) await node.put('c', String(i));
+  const target = node.currentRevision() - 5;
+  await pollUntil('automatic compaction', async () => (node.compactRevision() >= target ? true : undefined), 30_000);
+  await assert.rejects(node.get('c', { revision: 2 }), ErrCompacted);
+  assert.equal(text((await node.get('c'))!.value), '19');
 });
