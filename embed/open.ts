@@ -45,7 +45,12 @@ const openHere = new Set<string>();
 export async function open(options: OpenOptions): Promise<Node> {
   const opts = checkOptions(options);
   const log = createLogger('embed', opts.logLevel, 'json');
-  fs.mkdirSync(opts.dataDir, { recursive: true });
+  if (fs.existsSync(opts.dataDir) && !fs.statSync(opts.dataDir).isDirectory()) throw new KvsError(`data directory ${opts.dataDir} is not a directory`);
+  try {
+    fs.mkdirSync(opts.dataDir, { recursive: true });
+  } catch (err) {
+    throw new KvsError(`data directory ${opts.dataDir} cannot be created: ${(err as Error).message}`);
+  }
   const real = fs.realpathSync(opts.dataDir);
   if (openHere.has(real)) throw new KvsError(`data directory ${opts.dataDir} is open already in this process: close() that node first, or use it`);
   openHere.add(real);

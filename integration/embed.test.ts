@@ -3,6 +3,8 @@
 // past, ending on close, ErrCompacted), compaction, leases, reopening the same directory, and
 // the refusals of bad options and of a second node on a held directory.
 import { test } from 'node:test';
+import fs from 'node:fs';
+import path from 'node:path';
 import assert from 'node:assert/strict';
 import { pollUntil, tempDir } from '../testkit/harness.js';
 import {
@@ -155,10 +157,12 @@ test('watch: live changes of a key or a prefix, from the past, ends on close, Er
   await assert.rejects(old.next(), ErrCompacted);
   await assert.rejects(node.compact(first.revision), ErrCompacted);
 
-  // close() ends the watches that are waiting.
+  // close() ends the watches that are waiting, and finishes the writes already queued.
   const waiting = node.watch('quiet').next();
+  const queued = node.put('queued', 'before close');
   await node.close();
   assert.equal((await waiting).done, true);
+  assert.ok((await queued).revision > 0);
   await node.close(); // idempotent
   await assert.rejects(node.put('k', 'v'), ErrClosed);
   assert.throws(() => node.currentRevision(), ErrClosed);
@@ -193,6 +197,10 @@ test('a reopened data directory has every write; a held one is refused; bad opti
   assert.equal(again.currentRevision(), rev);
   assert.equal(await again.count('k'), 100);
 
+  const file = path.join(dir, 'a-file');
+  fs.writeFileSync(file, '');
+  await assert.rejects(open({ dataDir: file }), /data directory .*a-file is not a directory/);
+  await assert.rejects(open({ dataDir: path.join(file, 'below') }), /data directory .*below cannot be created: /);
   await assert.rejects(open({} as never), /dataDir is required/);
   await assert.rejects(open({ dataDir: dir, readConsistency: 'eventual' as never }), /readConsistency must be 'linearizable' or 'serializable'/);
   await assert.rejects(open({ dataDir: dir, checkpointInterval: '15m' }), /checkpointInterval needs objectStore/);
