@@ -4,7 +4,8 @@
 // auth startup), claims the data directory as `kvs run` does (one node per directory), and
 // hands the engine to a Node (node.ts) whose routes (host.ts) reach it without a socket.
 //
-// Where the rest attaches (an Attachment each, in ATTACHMENTS' order):
+// Where the rest attaches (an Attachment each, attachment.ts; attachments() below lists them in
+// order):
 // - the object store (embed/object-store.ts): `prepare` restores the data directory at open and
 //   returns the engine options of an archived node (the WAL opened to upload its tail first,
 //   `upload` for walSyncUpload, `archivedThrough` for the WAL's trim); `start` runs uploads and
@@ -12,7 +13,7 @@
 // - the cluster role (embed/cluster.ts): `prepare` adds EngineOptions.cluster; `start` runs the
 //   peer agent in-process, drives engine.becomeLeader/becomeFollower, and replaces
 //   host.routes (a follower forwards writes to the leader and linearizes reads through it).
-// node.serve() (embed/serve.ts) hosts the gateway in-process on the same engine.
+// node.serve() attaches in embed/serve.ts: the gateway hosted in-process on the same engine.
 import fs from 'node:fs';
 import { trace } from '@opentelemetry/api';
 import { createLogger } from '../shared/log.js';
