@@ -1,8 +1,9 @@
-// `kvs branch fork|unfork`: a branch registration in the SOURCE prefix pins a checkpoint (and
-// its SSTs) against gc, so that a branch node can start from it (spec: Durability rule 5).
-import { readCheckpointManifest, readLatest } from '../../shared/objectstore/catalog.js';
-import { branchKey, parseCheckpointKey, type BranchRegistration } from '../../shared/objectstore/layout.js';
-import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
+// Branch registrations (`kvs branch fork|unfork`, and an embedded node's fork/unfork): one in
+// the SOURCE prefix pins a checkpoint (and its SSTs) against gc, so that a branch node can start
+// from it (spec: Durability rule 5).
+import { readCheckpointManifest, readLatest } from './catalog.js';
+import { branchKey, parseCheckpointKey, type BranchRegistration } from './layout.js';
+import { PreconditionFailedError, type ObjectStore } from './store.js';
 
 /** Branch ids become object keys; keep them to one plain path segment. */
 export function checkBranchId(id: unknown): string {
