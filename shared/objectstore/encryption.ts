@@ -103,6 +103,8 @@ export function decryptBody(key: Buffer, objectKey: string, body: Buffer, locati
 
 /** Passes everything through to `inner`, transforming bodies on get and put. */
 abstract class BodyTransformStore implements ObjectStore {
+  /** The inner store belongs to someone else (an embedding program's own): close() leaves it open. */
+  borrowed = false;
   constructor(protected readonly inner: ObjectStore) {}
   get location(): string {
     return this.inner.location;
@@ -137,7 +139,7 @@ abstract class BodyTransformStore implements ObjectStore {
     for await (const v of this.inner.listVersions(prefix)) yield v.deleteMarker ? v : { ...v, size: this.size(v.size) };
   }
   close(): void {
-    this.inner.close();
+    if (!this.borrowed) this.inner.close();
   }
 }
 

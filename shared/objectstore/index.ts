@@ -45,7 +45,17 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
   }
   if (process.env[FAILPOINT_ENV]) raw = new FailpointStore(raw, process.env[FAILPOINT_ENV]);
   if (opts.log?.isLevelEnabled('debug')) raw = new LoggedStore(raw, opts.log);
-  return opts.encryptionKey ? new EncryptedStore(raw, opts.encryptionKey) : new PlainGuardStore(raw);
+  return bodyLayer(raw, opts.encryptionKey);
+}
+
+/**
+ * The layer every store kvs uses is wrapped in: encryption with a key, the plaintext guard
+ * without. `borrowed`: the raw store is the caller's (an embedding program's), left open on close().
+ */
+export function bodyLayer(raw: ObjectStore, encryptionKey: Buffer | undefined, borrowed = false): ObjectStore {
+  const store = encryptionKey ? new EncryptedStore(raw, encryptionKey) : new PlainGuardStore(raw);
+  store.borrowed = borrowed;
+  return store;
 }
 
 /** The spec's prefixes end with `/`; `kvs` and `kvs/` name the same prefix. */
