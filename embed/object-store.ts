@@ -45,6 +45,7 @@ async function openStore(o: ObjectStoreOption, encryptionKey: Uint8Array | undef
     bucket: o.bucket,
     prefix: prefix ?? o.prefix ?? '',
     credentials: o.credentials,
+    region: o.region,
     encryptionKey: key,
     log,
     // The archiver's uploads are awaited one at a time: small puts to a local directory skip

@@ -21,6 +21,8 @@ export interface ObjectStoreOptions {
   encryptionKey?: Buffer;
   /** S3 only: explicit credentials instead of KVS_S3_* and the SDK's chain (tests, embedding). */
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** S3 only: the region (embedding); default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  region?: string;
   /** At debug level, every operation is logged here (logged.ts). */
   log?: Logger;
   /**
@@ -39,7 +41,7 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
     raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix, syncSmallPuts: opts.syncSmallPuts });
   } else if (url.protocol === 'http:' || url.protocol === 'https:') {
     const { S3ObjectStore } = await import('./s3.js');
-    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials });
+    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials, region: opts.region });
   } else {
     throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
   }
