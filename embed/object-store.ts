@@ -13,10 +13,11 @@ import { DEFAULT_S3_ENDPOINT } from '../shared/config.js';
 import type { Logger } from '../shared/log.js';
 import { bodyLayer, normalizePrefix, openObjectStore } from '../shared/objectstore/index.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
+import type { Archive } from '../shared/objectstore/archive.js';
 import { forkBranch, unforkBranch } from '../shared/objectstore/branches.js';
 import type { EngineOptions } from '../services/storage/engine.js';
 import { archivedEngineOptions } from '../services/storage/wal-upload.js';
-import { Archiver } from '../services/archiver/archiver.js';
+import { Archiver, type LeaderState } from '../services/archiver/archiver.js';
 import { InProcessArchive } from '../services/archiver/in-process.js';
 import type { BranchPoint as SourcePoint } from '../services/archiver/restore.js';
 import type { Attachment } from './open.js';
@@ -69,17 +70,30 @@ function prefixOpener(options: ResolvedOptions, log: Logger): (prefix: string) =
   };
 }
 
-/** What open() attaches for `objectStore` (see embed/open.ts). */
-export function objectStoreAttachment(): Attachment {
+/** The object store's attachment; a cluster member (embed/cluster.ts) uploads through `archive` as a leader. */
+export interface ObjectStoreAttachment extends Attachment {
+  /** Storage's side of the archiver, once prepared. */
+  readonly archive: Archive | undefined;
+}
+
+/**
+ * What open() attaches for `objectStore` (see embed/open.ts). A single node gets the engine
+ * options of `kvs run`'s storage with an object store (archivedEngineOptions); a cluster member
+ * passes its role (checkpoints on the leader only, under its term) and makes its own engine
+ * options over `archive`, as storage's cluster mode does.
+ */
+export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectStoreAttachment {
   let store: ObjectStore | undefined;
   let source: ObjectStore | undefined;
   let archiver: Archiver | undefined;
   let archive: InProcessArchive | undefined;
   return {
+    get archive() {
+      return archive;
+    },
     async prepare({ options, log }): Promise<EngineOptions> {
       const o = options.objectStore!;
       store = await openStore(o, options.encryptionKey, log);
-      const openPrefix = prefixOpener(options, log);
       let branch: SourcePoint | undefined;
       if (options.branchPoint) {
         const { sourceStore, checkpointKey } = options.branchPoint;
@@ -96,12 +110,13 @@ export function objectStoreAttachment(): Attachment {
         // A location is recorded as `kvs run` records its flags, so either may open the directory.
         bucket: isLocation(o) ? o.bucket : o.location,
         prefix: isLocation(o) ? normalizePrefix(o.prefix) : '',
-        openPrefix,
+        openPrefix: prefixOpener(options, log),
         branch,
         checkpointIntervalMs: options.checkpointIntervalMs,
+        role: cluster?.role,
       });
       archive = new InProcessArchive(archiver);
-      return archivedEngineOptions(archive, options, log);
+      return cluster ? {} : archivedEngineOptions(archive, options, log);
     },
     async start(host) {
       // Checkpoints copy the database through the engine's own environment.
