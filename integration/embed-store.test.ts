@@ -141,6 +141,54 @@ test('objectStore as an object implementing ObjectStore: the node uploads throug
   assert.deepEqual(await contents(back), expected(0, 5));
 });
 
+/** A store that fails every put while `down`; `failing` resolves at the first put it failed since fail(). */
+class FlakyStore extends LocalObjectStore {
+  down = false;
+  private failed!: () => void;
+  failing!: Promise<void>;
+  fail(): void {
+    this.down = true;
+    this.failing = new Promise<void>((resolve) => (this.failed = resolve));
+  }
+  override put(...args: Parameters<ObjectStore['put']>): ReturnType<ObjectStore['put']> {
+    if (this.down) {
+      this.failed();
+      return Promise.reject(new Error('store unavailable (test)'));
+    }
+    return super.put(...args);
+  }
+}
+
+test('while the object store fails, a put waits and resolves once it answers; close() ends the wait', async (t) => {
+  const objects = await localObjectStore(t);
+  const store = new FlakyStore({ root: objects.root, bucket: objects.bucket, prefix: objects.prefix });
+  onCleanup(t, () => store.close());
+  const node = await openNode(t, { dataDir: await tempDir(t, 'kvs-embed-'), objectStore: store });
+  await node.put('k0', 'v0');
+  store.fail();
+  let settled = '';
+  const waiting = node.put('k1', 'v1').then(
+    () => (settled = 'resolved'),
+    (err: Error) => (settled = `rejected: ${err.message}`),
+  );
+  await store.failing;
+  assert.equal(settled, '', 'the put waits for its upload');
+  assert.equal(await node.get('k1'), undefined, 'no reader sees a write the object store lacks');
+  store.down = false;
+  await waiting;
+  assert.equal(settled, 'resolved');
+  assert.equal((await node.get('k1'))?.value.toString(), 'v1');
+
+  store.fail();
+  const cut = node.put('k2', 'v2').then(
+    () => 'resolved',
+    (err: Error) => err.message,
+  );
+  await store.failing;
+  await node.close();
+  assert.match(await cut, /outcome is unknown/);
+});
+
 test('fork a branch from an embedded node\'s checkpoint, open it embedded, lose its disk, unfork', async (t) => {
   const objects = await localObjectStore(t, 'source/');
   const source = await openNode(t, { dataDir: await tempDir(t, 'kvs-embed-'), objectStore: location(objects), checkpointInterval: 200 });
