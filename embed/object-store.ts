@@ -20,7 +20,7 @@ import { archivedEngineOptions } from '../services/storage/wal-upload.js';
 import { Archiver, type LeaderState } from '../services/archiver/archiver.js';
 import { InProcessArchive } from '../services/archiver/in-process.js';
 import type { BranchPoint as SourcePoint } from '../services/archiver/restore.js';
-import type { Attachment } from './open.js';
+import type { Attachment } from './attachment.js';
 import type { ResolvedOptions } from './check-options.js';
 import type { ObjectStoreLocation, ObjectStoreOption } from './options.js';
 

@@ -5,13 +5,13 @@
 // embed-store-s3.test.ts runs the disk loss on Ceph RGW.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { open, fork, unfork, type Node } from '../embed/index.js';
 import { etcdctl, localObjectStore, pollUntil, startKvs, type ObjectStoreSpec } from '../testkit/harness.js';
-import { REPO_ROOT, onCleanup, tempDir, type Ctx } from '../testkit/process.js';
+import { onCleanup, tempDir, type Ctx } from '../testkit/process.js';
+import { killWriterAfter, lostPuts } from './embed-crash.js';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LocalObjectStore } from '../shared/objectstore/local.js';
 import { readLatest } from '../shared/objectstore/catalog.js';
@@ -224,31 +224,10 @@ test('fork a branch from an embedded node\'s checkpoint, open it embedded, lose 
 test('walSyncUpload: every put acknowledged before SIGKILL of the embedding process is in the object store', async (t) => {
   const objects = await localObjectStore(t);
   const dataDir = await tempDir(t, 'kvs-embed-');
-  const options = { dataDir, objectStore: location(objects), walSyncUpload: true };
-  const child = spawn(process.execPath, [path.join(REPO_ROOT, 'dist/integration/embed-store-child.js'), JSON.stringify(options)], { stdio: ['ignore', 'pipe', 'pipe'] });
-  onCleanup(t, () => child.kill('SIGKILL'));
-  const acked: string[] = [];
-  let stderr = '';
-  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
-  await new Promise<void>((resolve, reject) => {
-    let buffered = '';
-    child.stdout.on('data', (b: Buffer) => {
-      buffered += b.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) if (line.startsWith('acked ')) acked.push(line.slice(6));
-      // Killed in the middle of its writes: some are in flight.
-      if (acked.length >= 200) resolve();
-    });
-    child.once('exit', () => reject(new Error(`the embedding child exited early:\n${stderr}`)));
-  });
-  child.kill('SIGKILL');
-  assert.equal(await exited, 'SIGKILL');
-
+  // Killed in the middle of its writes: some are in flight.
+  const acked = await killWriterAfter(t, dataDir, 400, { objectStore: location(objects), walSyncUpload: true });
   fs.rmSync(dataDir, { recursive: true, force: true });
   const node = await openNode(t, { dataDir, objectStore: location(objects) });
-  const missing = [];
-  for (const key of acked) if ((await node.get(key))?.value.toString() !== `value of ${key}`) missing.push(key);
-  assert.deepEqual(missing, [], `${acked.length} puts acknowledged, all restored from the bucket`);
+  const missing = await lostPuts(node, acked);
+  assert.equal(missing, 0, `${missing} acknowledged puts lost with the data directory`);
 });
