@@ -14,7 +14,7 @@ import type { Logger } from '../shared/log.js';
 import { bodyLayer, normalizePrefix, openObjectStore } from '../shared/objectstore/index.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
 import type { Archive } from '../shared/objectstore/archive.js';
-import { forkBranch, unforkBranch } from '../shared/objectstore/branches.js';
+import { forkBranch, unforkBranch, type BranchArgNames } from '../shared/objectstore/branches.js';
 import type { EngineOptions } from '../services/storage/engine.js';
 import { archivedEngineOptions } from '../services/storage/wal-upload.js';
 import { Archiver, type LeaderState } from '../services/archiver/archiver.js';
@@ -133,6 +133,9 @@ export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectSt
   };
 }
 
+/** fork() and unfork() name their arguments in messages as a program passes them. */
+const ARG_NAMES: BranchArgNames = { branchId: 'branchId', checkpoint: 'checkpointKey' };
+
 export interface ForkOptions {
   /** The checkpoint to fork from; default the source's latest. */
   checkpointKey?: string;
@@ -148,7 +151,7 @@ export interface ForkOptions {
 export async function fork(sourceStore: ObjectStoreOption, branchId: string, opts: ForkOptions = {}): Promise<string> {
   const store = await openStore(sourceStore, opts.encryptionKey);
   try {
-    return (await forkBranch(store, branchId, opts.checkpointKey)).checkpoint;
+    return (await forkBranch(store, branchId, opts.checkpointKey, new Date(), ARG_NAMES)).checkpoint;
   } finally {
     store.close();
   }
@@ -158,7 +161,7 @@ export async function fork(sourceStore: ObjectStoreOption, branchId: string, opt
 export async function unfork(sourceStore: ObjectStoreOption, branchId: string, opts: { encryptionKey?: Uint8Array } = {}): Promise<void> {
   const store = await openStore(sourceStore, opts.encryptionKey);
   try {
-    await unforkBranch(store, branchId);
+    await unforkBranch(store, branchId, ARG_NAMES);
   } finally {
     store.close();
   }

@@ -219,6 +219,8 @@ test('fork a branch from an embedded node\'s checkpoint, open it embedded, lose 
   await unfork(location(objects), 'b1');
   assert.equal(await registrations.head(branchKey('b1')), undefined, 'unfork removed the registration');
   await assert.rejects(unfork(location(objects), 'b1'), /not registered/);
+  await assert.rejects(fork(location(objects), '../b2'), /branchId must be 1-128 characters/);
+  await assert.rejects(fork(location(objects), 'b2', { checkpointKey: 'wal/x' }), /checkpointKey must be a checkpoint key/);
 });
 
 test('walSyncUpload: every put acknowledged before SIGKILL of the embedding process is in the object store', async (t) => {
