@@ -77,6 +77,21 @@ test('an embedded node whose data directory is lost comes back whole from the ob
   assert.equal(back.currentRevision(), revision + 1);
 });
 
+test('a data directory that ran without an object store adopts one: checkpointed at open, then it survives disk loss', async (t) => {
+  const objects = await localObjectStore(t);
+  const dataDir = await tempDir(t, 'kvs-embed-');
+  const plain = await openNode(t, { dataDir });
+  await putAll(plain, 0, 10);
+  await plain.close();
+  const archived = await openNode(t, { dataDir, objectStore: location(objects) });
+  await putAll(archived, 10, 20);
+  await archived.close();
+
+  fs.rmSync(dataDir, { recursive: true, force: true });
+  const back = await openNode(t, { dataDir, objectStore: location(objects) });
+  assert.deepEqual(await contents(back), expected(0, 20));
+});
+
 test('a prefix an embedded node wrote is served by kvs run, and what kvs run wrote is opened embedded (encrypted)', async (t) => {
   const objects = await localObjectStore(t);
   const key = randomBytes(32);
