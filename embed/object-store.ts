@@ -34,10 +34,13 @@ function prefixOf(o: ObjectStoreOption): string {
   return isLocation(o) ? normalizePrefix(o.prefix) : o.location;
 }
 
+/** Named in the messages of an encrypted prefix opened without its key (and the other way round). */
+const KEY_OPTION = 'the encryptionKey option';
+
 /** Opens a store option: a location as `kvs run` opens its flags, an object wrapped (not owned). */
 async function openStore(o: ObjectStoreOption, encryptionKey: Uint8Array | undefined, log?: Logger, prefix?: string): Promise<ObjectStore> {
   const key = encryptionKey ? Buffer.from(encryptionKey) : undefined;
-  if (!isLocation(o)) return bodyLayer(o, key, true);
+  if (!isLocation(o)) return bodyLayer(o, key, { borrowed: true, keyOption: KEY_OPTION });
   if (typeof o.bucket !== 'string' || o.bucket === '') {
     throw new TypeError('kvs: an object-store location needs bucket (and optionally prefix, endpoint, credentials), or pass an ObjectStore object');
   }
@@ -48,6 +51,7 @@ async function openStore(o: ObjectStoreOption, encryptionKey: Uint8Array | undef
     credentials: o.credentials,
     region: o.region,
     encryptionKey: key,
+    keyOption: KEY_OPTION,
     log,
     // The archiver's uploads are awaited one at a time: small puts to a local directory skip
     // the thread pool, as in the archiver process.
@@ -92,31 +96,36 @@ export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectSt
       return archive;
     },
     async prepare({ options, log }): Promise<EngineOptions> {
-      const o = options.objectStore!;
-      store = await openStore(o, options.encryptionKey, log);
-      let branch: SourcePoint | undefined;
-      if (options.branchPoint) {
-        const { sourceStore, checkpointKey } = options.branchPoint;
-        if (typeof checkpointKey !== 'string' || checkpointKey === '') {
-          throw new TypeError('kvs open(): branchPoint.checkpointKey is required: the checkpoint key fork() returned');
+      try {
+        const o = options.objectStore!;
+        store = await openStore(o, options.encryptionKey, log);
+        let branch: SourcePoint | undefined;
+        if (options.branchPoint) {
+          const { sourceStore, checkpointKey } = options.branchPoint;
+          if (typeof checkpointKey !== 'string' || checkpointKey === '') {
+            throw new TypeError('kvs open(): branchPoint.checkpointKey is required: the checkpoint key fork() returned');
+          }
+          source = await openStore(sourceStore, options.encryptionKey, log);
+          branch = { sourcePrefix: prefixOf(sourceStore), source, checkpoint: checkpointKey };
         }
-        source = await openStore(sourceStore, options.encryptionKey, log);
-        branch = { sourcePrefix: prefixOf(sourceStore), source, checkpoint: checkpointKey };
+        archiver = await Archiver.open({
+          dataDir: options.dataDir,
+          log,
+          store,
+          // A location is recorded as `kvs run` records its flags, so either may open the directory.
+          bucket: isLocation(o) ? o.bucket : o.location,
+          prefix: isLocation(o) ? normalizePrefix(o.prefix) : '',
+          openPrefix: prefixOpener(options, log),
+          branch,
+          checkpointIntervalMs: options.checkpointIntervalMs,
+          role: cluster?.role,
+        });
+        archive = new InProcessArchive(archiver);
+        return cluster ? {} : await archivedEngineOptions(archive, options, log);
+      } catch (err) {
+        await this.stop!();
+        throw err;
       }
-      archiver = await Archiver.open({
-        dataDir: options.dataDir,
-        log,
-        store,
-        // A location is recorded as `kvs run` records its flags, so either may open the directory.
-        bucket: isLocation(o) ? o.bucket : o.location,
-        prefix: isLocation(o) ? normalizePrefix(o.prefix) : '',
-        openPrefix: prefixOpener(options, log),
-        branch,
-        checkpointIntervalMs: options.checkpointIntervalMs,
-        role: cluster?.role,
-      });
-      archive = new InProcessArchive(archiver);
-      return cluster ? {} : archivedEngineOptions(archive, options, log);
     },
     async start(host) {
       // Checkpoints copy the database through the engine's own environment.
@@ -129,6 +138,7 @@ export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectSt
       await archiver?.close();
       store?.close();
       source?.close();
+      [archive, archiver, store, source] = [undefined, undefined, undefined, undefined];
     },
   };
 }

@@ -122,8 +122,11 @@ test('a prefix an embedded node wrote is served by kvs run, and what kvs run wro
   const again = await openNode(t, { dataDir: await tempDir(t, 'kvs-embed-'), objectStore: location(objects), encryptionKey: key });
   assert.deepEqual(await contents(again), expected(0, 11));
   await again.close();
-  // Without the key the node says which option it lacks.
-  await assert.rejects(open({ dataDir: await tempDir(t, 'kvs-embed-'), objectStore: location(objects) }), /encrypted/);
+  // Without the key the node says it needs one, and lets go of the directory: with it, it opens.
+  const keyless = await tempDir(t, 'kvs-embed-');
+  await assert.rejects(open({ dataDir: keyless, objectStore: location(objects) }), /is encrypted: pass the prefix's key with the encryptionKey option/);
+  const keyed = await openNode(t, { dataDir: keyless, objectStore: location(objects), encryptionKey: key });
+  assert.equal((await keyed.get('k10'))?.value.toString(), 'v10');
 });
 
 /** The program's own store: counts puts, and must stay open after the node closes. */

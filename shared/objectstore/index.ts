@@ -23,6 +23,8 @@ export interface ObjectStoreOptions {
   credentials?: { accessKeyId: string; secretAccessKey: string };
   /** S3 only: the region (embedding); default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
   region?: string;
+  /** How the caller gives encryptionKey, named in messages (default: the --object-store-encryption-key-* flags). */
+  keyOption?: string;
   /** At debug level, every operation is logged here (logged.ts). */
   log?: Logger;
   /**
@@ -47,16 +49,18 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
   }
   if (process.env[FAILPOINT_ENV]) raw = new FailpointStore(raw, process.env[FAILPOINT_ENV]);
   if (opts.log?.isLevelEnabled('debug')) raw = new LoggedStore(raw, opts.log);
-  return bodyLayer(raw, opts.encryptionKey);
+  return bodyLayer(raw, opts.encryptionKey, { keyOption: opts.keyOption });
 }
 
 /**
  * The layer every store kvs uses is wrapped in: encryption with a key, the plaintext guard
- * without. `borrowed`: the raw store is the caller's (an embedding program's), left open on close().
+ * without. `borrowed`: the raw store is the caller's (an embedding program's), left open on
+ * close(). `keyOption`: how the caller gives the key, named in messages (default: the flags).
  */
-export function bodyLayer(raw: ObjectStore, encryptionKey: Buffer | undefined, borrowed = false): ObjectStore {
+export function bodyLayer(raw: ObjectStore, encryptionKey: Buffer | undefined, opts: { borrowed?: boolean; keyOption?: string } = {}): ObjectStore {
   const store = encryptionKey ? new EncryptedStore(raw, encryptionKey) : new PlainGuardStore(raw);
-  store.borrowed = borrowed;
+  store.borrowed = opts.borrowed === true;
+  if (opts.keyOption) store.keyOption = opts.keyOption;
   return store;
 }
 
