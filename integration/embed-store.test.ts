@@ -14,7 +14,7 @@ import { onCleanup, tempDir, type Ctx } from '../testkit/process.js';
 import { killWriterAfter, lostPuts } from './embed-crash.js';
 import { openObjectStore } from '../shared/objectstore/index.js';
 import { LocalObjectStore } from '../shared/objectstore/local.js';
-import { readLatest } from '../shared/objectstore/catalog.js';
+import { readLatest, requireCheckpointManifest } from '../shared/objectstore/catalog.js';
 import { branchKey } from '../shared/objectstore/layout.js';
 import { ENCRYPTED_MAGIC } from '../shared/objectstore/encryption.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
@@ -211,6 +211,8 @@ test('fork a branch from an embedded node\'s checkpoint, open it embedded, lose 
   const objects = await localObjectStore(t, 'source/');
   const source = await openNode(t, { dataDir: await tempDir(t, 'kvs-embed-'), objectStore: location(objects), checkpointInterval: 200 });
   await putAll(source, 0, 10);
+  // 3 MiB of incompressible values: the database spans several checkpoint pieces, which the branch's share.
+  for (let i = 0; i < 24; i++) await source.put(`big/${i}`, randomBytes(128 * 1024));
   await checkpointAt(objects, 'source/', source.currentRevision());
   const checkpointKey = await fork(location(objects), 'b1');
   assert.match(checkpointKey, /^checkpoint\/\d+\/\d+\/manifest\.json$/);
@@ -224,12 +226,31 @@ test('fork a branch from an embedded node\'s checkpoint, open it embedded, lose 
   assert.equal((await source.get('k10')), undefined, 'a branch write stays in the branch');
   assert.equal((await source.get('k0'))?.value.toString(), 'changed after the fork');
   // The branch's own checkpoint shares pieces with the source; a lost disk comes back through them.
-  await checkpointAt(objects, 'branch/', branch.currentRevision());
+  const branchCheckpoint = await checkpointAt(objects, 'branch/', branch.currentRevision());
+  const branchStore = await openObjectStore(location(objects, 'branch/'));
+  onCleanup(t, () => branchStore.close());
+  assert.equal((await requireCheckpointManifest(branchStore, branchCheckpoint)).source_prefix, 'source/');
   await branch.close();
   fs.rmSync(branchDir, { recursive: true, force: true });
   const back = await openNode(t, { ...branchOptions, branchPoint: undefined });
   assert.deepEqual(await contents(back), expected(0, 11));
   await back.close();
+
+  // The same through ObjectStore objects: the source's pieces are found through ancestorStore.
+  const own = new LocalObjectStore({ root: objects.root, bucket: objects.bucket, prefix: 'branch2/' });
+  const ancestor = new LocalObjectStore({ root: objects.root, bucket: objects.bucket, prefix: 'source/' });
+  onCleanup(t, () => (own.close(), ancestor.close()));
+  const objectDir = await tempDir(t, 'kvs-embed-');
+  const viaObjects = await openNode(t, { dataDir: objectDir, objectStore: own, branchPoint: { sourceStore: ancestor, checkpointKey }, checkpointInterval: 200 });
+  await viaObjects.put('k10', 'v10');
+  await pollUntil('a checkpoint of branch2/', async () => ((await readLatest(own))?.revision ?? 0) >= viaObjects.currentRevision() || undefined);
+  assert.equal((await requireCheckpointManifest(own, (await readLatest(own))!.checkpoint)).source_prefix, ancestor.location);
+  await viaObjects.close();
+  fs.rmSync(objectDir, { recursive: true, force: true });
+  await assert.rejects(open({ dataDir: objectDir, objectStore: own }), /pass that store as ancestorStore/);
+  const viaAncestor = await openNode(t, { dataDir: objectDir, objectStore: own, ancestorStore: ancestor });
+  assert.deepEqual(await contents(viaAncestor), expected(0, 11));
+  await viaAncestor.close();
 
   const registrations = await openObjectStore(location(objects));
   onCleanup(t, () => registrations.close());
