@@ -3,18 +3,12 @@
 // directory from the object store (a node that lost its disk comes back whole), and the engine
 // uploads its WAL through it (every batch before it is acknowledged with walSyncUpload, else
 // each segment as it is sealed), as `kvs run`'s storage does through the archiver process;
-// checkpoints every checkpointInterval. Also fork() and unfork(), as `kvs branch fork|unfork`.
-//
-// `objectStore` is a location like the CLI's flags (bucket, prefix, endpoint, credentials), or
-// an object implementing kvs's ObjectStore interface (shared/objectstore/store.ts) that the
-// program keeps owning: it gets the encryption layer (with encryptionKey) or the plaintext guard
-// like any store kvs opens, and is not closed by the node.
-import { DEFAULT_S3_ENDPOINT } from '../shared/config.js';
+// checkpoints every checkpointInterval. (fork() and unfork() are in branches.ts; opening the
+// `objectStore` option's two forms in store-option.ts.)
 import type { Logger } from '../shared/log.js';
-import { bodyLayer, normalizePrefix, openObjectStore } from '../shared/objectstore/index.js';
+import { normalizePrefix } from '../shared/objectstore/index.js';
 import type { ObjectStore } from '../shared/objectstore/store.js';
 import type { Archive } from '../shared/objectstore/archive.js';
-import { forkBranch, unforkBranch, type BranchArgNames } from '../shared/objectstore/branches.js';
 import type { EngineOptions } from '../services/storage/engine.js';
 import { archivedEngineOptions } from '../services/storage/wal-upload.js';
 import { Archiver, type LeaderState } from '../services/archiver/archiver.js';
@@ -22,42 +16,8 @@ import { InProcessArchive } from '../services/archiver/in-process.js';
 import type { BranchPoint as SourcePoint } from '../services/archiver/restore.js';
 import type { Attachment } from './attachment.js';
 import type { ResolvedOptions } from './check-options.js';
-import type { ObjectStoreLocation, ObjectStoreOption } from './options.js';
-
-/** Whether `o` is a location (bucket, prefix, ...) rather than an ObjectStore object. */
-function isLocation(o: ObjectStoreOption): o is ObjectStoreLocation {
-  return typeof (o as ObjectStore).get !== 'function';
-}
-
-/** The name a store goes by in the local manifest and in a branch's manifests: its prefix, or an object's location. */
-function prefixOf(o: ObjectStoreOption): string {
-  return isLocation(o) ? normalizePrefix(o.prefix) : o.location;
-}
-
-/** Named in the messages of an encrypted prefix opened without its key (and the other way round). */
-const KEY_OPTION = 'the encryptionKey option';
-
-/** Opens a store option: a location as `kvs run` opens its flags, an object wrapped (not owned). */
-async function openStore(o: ObjectStoreOption, encryptionKey: Uint8Array | undefined, log?: Logger, prefix?: string): Promise<ObjectStore> {
-  const key = encryptionKey ? Buffer.from(encryptionKey) : undefined;
-  if (!isLocation(o)) return bodyLayer(o, key, { borrowed: true, keyOption: KEY_OPTION });
-  if (typeof o.bucket !== 'string' || o.bucket === '') {
-    throw new TypeError('kvs: an object-store location needs bucket (and optionally prefix, endpoint, credentials), or pass an ObjectStore object');
-  }
-  return openObjectStore({
-    endpoint: o.endpoint ?? DEFAULT_S3_ENDPOINT,
-    bucket: o.bucket,
-    prefix: prefix ?? o.prefix ?? '',
-    credentials: o.credentials,
-    region: o.region,
-    encryptionKey: key,
-    keyOption: KEY_OPTION,
-    log,
-    // The archiver's uploads are awaited one at a time: small puts to a local directory skip
-    // the thread pool, as in the archiver process.
-    syncSmallPuts: true,
-  });
-}
+import type { ObjectStoreOption } from './options.js';
+import { isLocation, openStore, prefixOf } from './store-option.js';
 
 /**
  * Another prefix a branch's checkpoints name (where its shared pieces live): the branch point's
@@ -141,38 +101,4 @@ export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectSt
       [archive, archiver, store, source] = [undefined, undefined, undefined, undefined];
     },
   };
-}
-
-/** fork() and unfork() name their arguments in messages as a program passes them. */
-const ARG_NAMES: BranchArgNames = { branchId: 'branchId', checkpoint: 'checkpointKey' };
-
-export interface ForkOptions {
-  /** The checkpoint to fork from; default the source's latest. */
-  checkpointKey?: string;
-  /** The source prefix's key, when its objects are encrypted. */
-  encryptionKey?: Uint8Array;
-}
-
-/**
- * Registers branch `branchId` in `sourceStore` at a checkpoint (as `kvs branch fork`), pinning it
- * against gc there; resolves with the checkpoint key, for a branch node's
- * `branchPoint: { sourceStore, checkpointKey }`. Forking again at the same checkpoint is harmless.
- */
-export async function fork(sourceStore: ObjectStoreOption, branchId: string, opts: ForkOptions = {}): Promise<string> {
-  const store = await openStore(sourceStore, opts.encryptionKey);
-  try {
-    return (await forkBranch(store, branchId, opts.checkpointKey, new Date(), ARG_NAMES)).checkpoint;
-  } finally {
-    store.close();
-  }
-}
-
-/** Unregisters branch `branchId` from `sourceStore` (as `kvs branch unfork`), so that gc there may reclaim its checkpoint. */
-export async function unfork(sourceStore: ObjectStoreOption, branchId: string, opts: { encryptionKey?: Uint8Array } = {}): Promise<void> {
-  const store = await openStore(sourceStore, opts.encryptionKey);
-  try {
-    await unforkBranch(store, branchId, ARG_NAMES);
-  } finally {
-    store.close();
-  }
 }
