@@ -21,7 +21,7 @@ import type { MvccDb } from '../mvcc/schema.js';
 import { META, readMeta } from '../mvcc/schema.js';
 import { revKey, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
 import { scanHistory } from '../mvcc/history-scan.js';
-import type { BucketEntries, PutEntry } from '../bbolt/write.js';
+import { BoltWriter, DEFAULT_PAGE_SIZE, type BucketEntries, type PutEntry } from '../bbolt/write.js';
 import { AUTH_KEY, BUCKET, META_KEY, REVISION_KEY_BYTES, encodeUint64 } from './schema.js';
 import { refAt } from '../mvcc/keyindex.js';
 import { compactionPending } from '../mvcc/history.js';
@@ -185,4 +185,25 @@ export function etcdBuckets(db: MvccDb, summary: ExportSummary): EtcdBucket[] {
     { name: name(BUCKET.membersRemoved), entries: [] },
     { name: name(BUCKET.meta), entries: [[name(META_KEY.consistentIndex), encodeUint64(readMeta(db, META.appliedIndex))], ...compacted] },
   ];
+}
+
+/**
+ * Writes etcd's bbolt file of `db` to `sink` front to back (from offset 0, every piece in
+ * file order), so that it can be streamed while it is written: a dry run over the buckets
+ * computes the layout (the meta pages name the root page and the page count), `onLayout` is
+ * told the file's size, then the same buckets are written. Both passes read the caller's read
+ * snapshot: call it without yielding to the event loop (or inside one read transaction).
+ */
+export function writeEtcdSnapshot(db: MvccDb, sink: (offset: number, bytes: Buffer) => void, onLayout: (bytes: number) => void = () => {}): ExportSummary & { bytes: number } {
+  const summary: ExportSummary = { revision: 0, compactRevision: 0, changes: 0 };
+  // etcd's page size (bbolt's default on amd64 and arm64).
+  const pageSize = DEFAULT_PAGE_SIZE;
+  const dry = new BoltWriter(() => {}, { pageSize, dryRun: true });
+  for (const b of etcdBuckets(db, summary)) dry.bucket(b.name, b.entries);
+  const layout = dry.finish();
+  onLayout(layout.bytes);
+  const writer = new BoltWriter((pgid, bytes) => sink(pgid * pageSize, bytes), { pageSize, layout });
+  for (const b of etcdBuckets(db, summary)) writer.bucket(b.name, b.entries);
+  const { bytes } = writer.finish();
+  return { ...summary, bytes };
 }
