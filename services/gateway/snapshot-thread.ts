@@ -1,14 +1,15 @@
 // The thread behind snapshot.ts: it opens the database read-only and then, one job at a time,
 // reads it in one read snapshot (one synchronous pass: lmdb-js renews a read transaction only
 // between event-loop turns) and writes it as etcd's bbolt file to the path it was given, front
-// to back, telling the main thread the file's size first and then how much of it is written,
-// so the main thread streams the file while it is written. It is kept for the next call, and
-// started with the gateway: loading this code and opening the database take longer than
-// writing a small snapshot.
+// to back after a dry run for the layout (which goes on from the last job's), telling the main
+// thread the file's size first and then how much of it is written, so that the main thread
+// streams the file while it is written. It is kept for the next call, and started with the
+// gateway: loading this code and opening the database take longer than writing a small
+// snapshot.
 import fs from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { openMvcc, type MvccDb } from '../../shared/mvcc/schema.js';
-import { writeEtcdSnapshot, type ExportSummary } from '../../shared/etcd-snapshot/write.js';
+import { SnapshotLayoutCache, writeEtcdSnapshot, type ExportSummary } from '../../shared/etcd-snapshot/write.js';
 
 export interface SnapshotThreadData {
   dataDir: string;
@@ -30,6 +31,8 @@ export type SnapshotReply =
   | { error: string };
 
 const post = (r: SnapshotReply) => parentPort!.postMessage(r);
+/** The last job's layout, which the next job's dry run goes on from (history only grows). */
+const layouts = new SnapshotLayoutCache();
 
 function exportTo(db: MvccDb, job: SnapshotJob): ExportSummary & { bytes: number } {
   const fd = fs.openSync(job.file, 'w', 0o600);
@@ -42,7 +45,7 @@ function exportTo(db: MvccDb, job: SnapshotJob): ExportSummary & { bytes: number
       while (done < bytes.length) done += fs.writeSync(fd, bytes, done, bytes.length - done, at + done);
       written = Math.max(written, at + bytes.length);
       post({ written });
-    }, (size) => post({ size }));
+    }, (size) => post({ size }), layouts);
   } finally {
     fs.closeSync(fd);
   }

@@ -67,10 +67,10 @@ test('a bucket above a quarter page gets its own pages; an element larger than a
   assert.deepEqual(leafElements(big)[0]!.value, entries[1][1]);
 });
 
-test('keys and buckets out of order are refused', () => {
+test('keys out of order and a bucket twice are refused', () => {
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('2'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), BoltWriteError);
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('1'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), /keys out of order \(31 after 31\)/);
-  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [] }, { name: Buffer.from('a'), entries: [] }]), /buckets must come in name order/);
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [] }, { name: Buffer.from('b'), entries: [] }]), /bucket b twice/);
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.alloc(0), Buffer.alloc(0)]] }]), /an empty key/);
 });
 
@@ -129,4 +129,34 @@ test('a writer given a layout refuses contents whose layout differs', () => {
   for (const b of buckets.slice(0, -1)) w.bucket(b.name, b.entries);
   assert.throws(() => w.finish(), /the contents differ from those of the dry run/);
   assert.throws(() => new BoltWriter(() => {}, { layout: { root: 9, pages: 5 } }), /not a layout/);
+});
+
+test('a dry run forked inside a bucket and continued gives the layout of all the entries at once; buckets in any order', () => {
+  const [, , , deep, leaf] = variedBuckets(5);
+  const all = [...(deep!.entries as Iterable<readonly [Uint8Array, Uint8Array]>)];
+  const whole = new BoltWriter(() => {}, { dryRun: true });
+  whole.bucket(deep!.name, all);
+  whole.bucket(leaf!.name, leaf!.entries);
+  const expected = whole.finish();
+
+  const first = new BoltWriter(() => {}, { dryRun: true });
+  const put = first.beginBucket(deep!.name);
+  for (const [k, v] of all.slice(0, 25_000)) put(k, v);
+  const kept = first.fork();
+  for (const [k, v] of all.slice(25_000, 30_000)) put(k, v);
+  first.endBucket();
+  assert.notDeepEqual(first.finish(), expected, 'the first run ends with fewer entries');
+  const later = kept.fork();
+  const more = later.putEntry();
+  for (const [k, v] of all.slice(25_000)) more(k, v);
+  later.endBucket();
+  later.bucket(leaf!.name, leaf!.entries);
+  assert.deepEqual(later.finish(), expected);
+
+  // The bucket written first holds the first pages; the root bucket lists the names in order.
+  const file = writeBoltFile([leaf!, deep!]);
+  const root = leafElements(page(file, meta(page(file, 1)).root));
+  assert.deepEqual(root.map((e) => e.key.toString()), [deep!.name.toString(), leaf!.name.toString()]);
+  assert.equal(root[1]!.value.readBigUInt64LE(0), 3n, 'the bucket written first is on page 3');
+  assert.throws(() => new BoltWriter(() => {}).fork(), /only an unfinished dry run can be forked/);
 });

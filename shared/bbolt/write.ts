@@ -130,6 +130,14 @@ class PageOut {
     return { pgid, page, pages };
   }
 
+  /** A copy of a dry run's position (a dry run holds no pages). */
+  forkDry(): PageOut {
+    if (!this.dry) throw new BoltWriteError('only a dry run can be forked');
+    const copy = new PageOut(this.sink, this.pageSize, 0, true);
+    copy.next = this.next;
+    return copy;
+  }
+
   flush(): void {
     if (this.used === 0) return;
     this.sink(this.first, this.buf.subarray(0, this.used));
@@ -175,6 +183,19 @@ class PendingPage {
 
   constructor(private readonly dry: boolean) {
     this.data = Buffer.allocUnsafe(dry ? 0 : 8192);
+  }
+
+  /** A copy of a dry run's page (sizes and the first key only). */
+  cloneDry(): PendingPage {
+    const c = new PendingPage(true);
+    c.count = this.count;
+    c.size = this.size;
+    c.ksizes = [...this.ksizes];
+    c.vsizes = [...this.vsizes];
+    c.flags = [...this.flags];
+    c.pgids = [...this.pgids];
+    c.firstKey = this.firstKey;
+    return c;
   }
 
   add(key: Uint8Array, value: Uint8Array | undefined, flags: number, pgid: number, vlen = value ? value.length : 0): void {
@@ -244,16 +265,27 @@ class PendingPage {
 
 /** One bucket's tree, filled in key order: a pending leaf and a pending page per branch level. */
 class TreeBuilder {
-  private readonly leaf: PendingPage;
-  private readonly levels: PendingPage[] = [];
+  private leaf: PendingPage;
+  private levels: PendingPage[] = [];
   /** Pages written per level (0: leaves). */
-  private readonly written: number[] = [0];
+  private written: number[] = [0];
   /** The previous key (its first `lastLength` bytes), kept in one buffer: no allocation per entry. */
   private last = Buffer.allocUnsafe(256);
   private lastLength = -1;
 
   constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {
     this.leaf = new PendingPage(out.dry);
+  }
+
+  /** A copy of a dry run's tree, going on from here into `out`. */
+  forkDry(out: PageOut): TreeBuilder {
+    const t = new TreeBuilder(out, this.pageSize, this.what);
+    t.leaf = this.leaf.cloneDry();
+    t.levels = this.levels.map((p) => p.cloneDry());
+    t.written = [...this.written];
+    t.last = Buffer.from(this.last);
+    t.lastLength = this.lastLength;
+    return t;
   }
 
   /** `value`'s first `valueLength` bytes (all by default) under `key`, after every key put before. */
@@ -353,13 +385,15 @@ export interface BoltWriterOptions {
 }
 
 /**
- * Writes one bbolt file: call bucket() for each top-level bucket in name order, then finish().
- * Nested buckets are not supported (etcd has none).
+ * Writes one bbolt file: call bucket() (or beginBucket() ... endBucket()) for each top-level
+ * bucket, in any order (each bucket's pages are where it was written; the root bucket lists
+ * them by name), then finish(). Nested buckets are not supported (etcd has none).
  */
 export class BoltWriter {
   readonly pageSize: number;
-  private readonly out: PageOut;
-  private readonly roots: { name: Buffer; value: Buffer }[] = [];
+  private out: PageOut;
+  private roots: { name: Buffer; value: Buffer }[] = [];
+  private open: { name: Buffer; tree: TreeBuilder } | undefined;
   private finished = false;
 
   constructor(private readonly sink: PageSink, private readonly opts: BoltWriterOptions = {}) {
@@ -375,18 +409,41 @@ export class BoltWriter {
   }
 
   /**
-   * A bucket, after every bucket named before it, with its entries in ascending key order (byte
-   * order): an iterable, or a function that calls `put` for each (a key and value are copied
-   * before put returns, so the caller may reuse their buffers).
+   * A bucket with its entries in ascending key order (byte order): an iterable, or a function
+   * that calls `put` for each (a key and value are copied before put returns, so the caller
+   * may reuse their buffers).
    */
   bucket(name: Uint8Array, entries: BucketEntries): void {
+    const put = this.beginBucket(name);
+    if (typeof entries === 'function') entries(put);
+    else for (const [k, v] of entries) put(k, v);
+    this.endBucket();
+  }
+
+  /** Starts a bucket whose entries come through the returned `put`, until endBucket(). */
+  beginBucket(name: Uint8Array): PutEntry {
     if (this.finished) throw new BoltWriteError('the file is finished');
+    if (this.open) throw new BoltWriteError(`bucket ${name.toString()} while bucket ${this.open.name.toString()} is open`);
     const nameBuf = Buffer.from(name);
-    const prev = this.roots[this.roots.length - 1];
-    if (prev && Buffer.compare(prev.name, nameBuf) >= 0) throw new BoltWriteError(`bucket ${nameBuf.toString()} after ${prev.name.toString()}: buckets must come in name order`);
-    const tree = new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`);
-    if (typeof entries === 'function') entries((k, v, len) => tree.put(k, v, 0, len));
-    else for (const [k, v] of entries) tree.put(k, v);
+    if (this.roots.some((r) => r.name.equals(nameBuf))) throw new BoltWriteError(`bucket ${nameBuf.toString()} twice`);
+    this.open = { name: nameBuf, tree: new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`) };
+    return this.putter(this.open.tree);
+  }
+
+  /** The `put` of the open bucket (after fork(): the copy's). */
+  putEntry(): PutEntry {
+    if (!this.open) throw new BoltWriteError('no bucket is open');
+    return this.putter(this.open.tree);
+  }
+
+  private putter(tree: TreeBuilder): PutEntry {
+    return (k, v, len) => tree.put(k, v, 0, len);
+  }
+
+  endBucket(): void {
+    if (!this.open) throw new BoltWriteError('no bucket is open');
+    const { name, tree } = this.open;
+    this.open = undefined;
     const inline = tree.inlinePage();
     let value: Buffer;
     if (inline) {
@@ -396,7 +453,21 @@ export class BoltWriter {
       value = Buffer.alloc(BUCKET_HEADER_BYTES);
       value.writeBigUInt64LE(BigInt(tree.finish()), 0);
     }
-    this.roots.push({ name: nameBuf, value });
+    this.roots.push({ name, value });
+  }
+
+  /**
+   * A dry run's copy, to be continued on its own: a dry run kept after a large bucket's
+   * entries so far, then continued with the entries added since, gives the layout without
+   * the entries being read again.
+   */
+  fork(): BoltWriter {
+    if (!this.opts.dryRun || this.finished) throw new BoltWriteError('only an unfinished dry run can be forked');
+    const copy = new BoltWriter(this.sink, this.opts);
+    copy.out = this.out.forkDry();
+    copy.roots = [...this.roots];
+    if (this.open) copy.open = { name: this.open.name, tree: this.open.tree.forkDry(copy.out) };
+    return copy;
   }
 
   /**
@@ -405,9 +476,10 @@ export class BoltWriter {
    */
   finish(): { bytes: number } & BoltLayout {
     if (this.finished) throw new BoltWriteError('the file is finished');
+    if (this.open) throw new BoltWriteError(`bucket ${this.open.name.toString()} is still open`);
     this.finished = true;
     const tree = new TreeBuilder(this.out, this.pageSize, 'the root bucket');
-    for (const { name, value } of this.roots) tree.put(name, value, BUCKET_LEAF_FLAG);
+    for (const { name, value } of [...this.roots].sort((a, b) => Buffer.compare(a.name, b.name))) tree.put(name, value, BUCKET_LEAF_FLAG);
     const root = tree.finish();
     this.out.flush();
     const pages = this.out.next;
