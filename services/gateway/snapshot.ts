@@ -188,12 +188,14 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
     fd = await fs.promises.open(file, 'r');
     const sha = createHash('sha256');
     let sent = 0;
+    // Read in large pieces (one trip to the thread pool each), sent as etcd's 32 KiB messages.
+    // One buffer for every piece: call.write() serializes each message (a copy) before it
+    // returns, so nothing holds the last piece when the next is read.
+    const buffer = Buffer.allocUnsafe(READ_BYTES);
     while (sent < total) {
       await exp.until(() => exp.written > sent);
       if (cancelled) return;
-      // Read in large pieces (one trip to the thread pool each), sent as etcd's 32 KiB messages;
-      // a new buffer each time, as the messages may still hold the last one.
-      const piece = Buffer.allocUnsafe(Math.min(READ_BYTES, exp.written - sent));
+      const piece = buffer.subarray(0, Math.min(READ_BYTES, exp.written - sent));
       const { bytesRead } = await fd.read(piece, 0, piece.length, sent);
       if (bytesRead !== piece.length) throw new Error(`the snapshot file ended at ${sent + bytesRead} of ${total} bytes`);
       sha.update(piece);
