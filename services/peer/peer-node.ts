@@ -7,13 +7,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
-import { socketPath } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import type { ServerCall } from '../../shared/grpc/server.js';
 import type { BatchHandler, BatchResult } from '../../shared/batch-link/serve.js';
 import { BatchLink, storageLink } from '../../shared/batch-link/link.js';
-import { UnixStreamChannel, type CallError } from '../../shared/grpc/stream-channel.js';
+import type { CallError, StreamChannel } from '../../shared/grpc/stream-channel.js';
 import { reportState, requestCheckpointRestore } from '../../shared/component.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import { storedPosition } from '../../shared/objectstore/catalog.js';
@@ -44,7 +43,7 @@ export class PeerNode {
   leadership: Leadership | undefined;
   private following: Following | undefined;
   private contact: LeaderContact = { term: 0, at: -Infinity };
-  private local: { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } | undefined;
+  private local: { Write: BatchLink; Lease: BatchLink; channel: StreamChannel } | undefined;
   private remote: { leader: string; Write: BatchLink; Lease: BatchLink; channel: PeerChannel } | undefined;
   private readonly ttlMs: number;
   private readonly retryMs: number;
@@ -58,6 +57,8 @@ export class PeerNode {
     private readonly store: ObjectStore,
     private readonly creds: PeerCredentials,
     private readonly log: Logger,
+    /** A connection to this node's storage (run/storage.sock, or a pipe in an embedded node). */
+    private readonly toStorage: () => StreamChannel,
   ) {
     this.storage = new StorageSide(log);
     if (this.commitDelayMs) log.warn({ ms: this.commitDelayMs }, `test failpoint ${COMMIT_DELAY_ENV}: this node applies every commit position ${this.commitDelayMs} ms after the leader sent it`);
@@ -256,9 +257,9 @@ export class PeerNode {
   // ---- forwarding --------------------------------------------------------------------------
 
   /** This node's storage streams (the leader's side of a forwarded write). */
-  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } {
+  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: StreamChannel } {
     if (this.local) return this.local;
-    const channel = new UnixStreamChannel(socketPath(this.cfg.dataDir, 'storage'));
+    const channel = this.toStorage();
     return (this.local = { Write: storageLink(channel, this.log, 'Write'), Lease: storageLink(channel, this.log, 'Lease'), channel });
   }
 

@@ -4,6 +4,7 @@ import type { Config } from '../../shared/config.js';
 import { clusterMode, socketPath } from '../../shared/config.js';
 import { clusterIdOf, memberIdOf } from '../../shared/membership.js';
 import { PeerAttach } from './peer-attach.js';
+import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
 import { createLogger, type Logger } from '../../shared/log.js';
 import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
@@ -41,7 +42,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   if (cluster) {
     // The role comes from the peer agent; leader-only work (lease expiry, uploads, the
     // --auth-enabled flag) starts when this node leads, and stops when it no longer does.
-    attach = new PeerAttach(socketPath(cfg.dataDir, 'peer'), engine, {
+    attach = new PeerAttach(new UnixStreamChannel(socketPath(cfg.dataDir, 'peer')), engine, {
       uploadThrough: (through) => uploadWalTail(engine.wal, link!, log, BigInt(through)),
       onLeader: (term, termStart) => {
         link!.leadFrom(term, termStart);
