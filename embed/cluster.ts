@@ -17,6 +17,7 @@ import { storageServer } from '../services/storage/server.js';
 import { engineFeed, engineLeaseLink, engineWriteLink } from '../services/storage/in-process.js';
 import { attachToPeer, clusterEngineOptions } from '../services/storage/cluster-member.js';
 import type { PeerAttach } from '../services/storage/peer-attach.js';
+import type { ArchiverLink } from '../services/storage/archiver-link.js';
 import { startPeer, type PeerAgent } from '../services/peer/agent.js';
 import { peerCredentials } from '../services/peer/transport.js';
 import { ClusterView, RoutedLink } from '../services/gateway/cluster-view.js';
@@ -25,7 +26,6 @@ import { Hub } from '../services/gateway/watch/hub.js';
 import type { Attachment } from './attachment.js';
 import type { ResolvedOptions } from './check-options.js';
 import type { Host } from './host.js';
-import type { ObjectStoreAttachment } from './object-store.js';
 import type { ObjectStoreLocation, ObjectStoreOption } from './options.js';
 import { fromEtcd } from './errors.js';
 import { peerTlsFlags } from './peer-tls.js';
@@ -35,6 +35,14 @@ import type { PeerTlsFlags } from '../shared/tls/peer-port.js';
 export interface LeaderState {
   leading: boolean;
   term: number;
+}
+
+/** What the cluster role needs of the object store's attachment (embed/object-store.ts), once it is prepared. */
+export interface ClusterStore {
+  /** Storage's side of the archiver: the leader uploads through it. */
+  readonly archive: ArchiverLink | undefined;
+  /** The prefix's store, opened: the leader lock, term starts, catch-up. */
+  readonly store: ObjectStore | undefined;
 }
 
 export interface ClusterAttachment extends Attachment {
@@ -86,7 +94,7 @@ function mapped<T>(p: Promise<T>): Promise<T> {
  * and opened store). Stopping hands leadership over first, as `kvs run`'s supervisor stops the
  * peer agent before storage.
  */
-export function clusterAttachment(objectStore: ObjectStoreAttachment): ClusterAttachment {
+export function clusterAttachment(objectStore: ClusterStore): ClusterAttachment {
   const role: LeaderState = { leading: false, term: 0 };
   let cfg: Config | undefined;
   let log: Logger | undefined;

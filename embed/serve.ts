@@ -8,33 +8,21 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { resolveConfig } from '../shared/config.js';
-import type { Logger } from '../shared/log.js';
 import type { Tracing } from '../shared/tracing.js';
-import type { StreamChannel } from '../shared/grpc/stream-channel.js';
-import type { Engine } from '../services/storage/engine.js';
 import { engineFeed, engineLeaseLink, engineWriteLink } from '../services/storage/in-process.js';
 import { startGateway } from '../services/gateway/gateway.js';
 import type { ServeOptions } from './options.js';
+import type { ResolvedOptions } from './check-options.js';
+import type { Host } from './host.js';
+import type { Served } from './node.js';
 
 /** What serve() stands on: the node open() made. */
 export interface ServeContext {
-  engine: Engine;
-  log: Logger;
-  dataDir: string;
-  nodeId: string;
-  readConsistency: 'linearizable' | 'serializable';
+  host: Host;
+  options: ResolvedOptions;
   tracing?: Tracing;
   /** The node's metrics in Prometheus's text format (the JSON gateway's /metrics). */
   metrics(): Promise<string>;
-  /** Cluster member: a new connection to its peer agent (Agent.State, ReadIndex, Forward). */
-  agent?: () => StreamChannel;
-}
-
-export interface Served {
-  /** The port clients connect to (the one asked for, or the one the system gave for port 0). */
-  readonly port: number;
-  /** Ends the port's calls (long-lived ones at once, with UNAVAILABLE; unary ones within 5 s) and stops listening. */
-  close(): Promise<void>;
 }
 
 const isPem = (v: string | Buffer) => Buffer.isBuffer(v) || v.trimStart().startsWith('-----BEGIN');
@@ -61,19 +49,22 @@ function tlsFiles(dataDir: string, tls: NonNullable<ServeOptions['tls']>): { fla
 }
 
 export async function serve(ctx: ServeContext, opts: ServeOptions): Promise<Served> {
-  if (!opts || typeof opts.listen !== 'string') throw new TypeError('kvs serve(): listen (host:port) is required');
-  fs.mkdirSync(path.join(ctx.dataDir, 'run'), { recursive: true });
-  const tls = opts.tls ? tlsFiles(ctx.dataDir, opts.tls) : undefined;
+  if (!opts || typeof opts.listen !== 'string') throw new TypeError('kvs serve(): listen (host:port) is required, e.g. serve({ listen: "127.0.0.1:2379" })');
+  const { dataDir, nodeId, readConsistency } = ctx.options;
+  fs.mkdirSync(path.join(dataDir, 'run'), { recursive: true });
+  const tls = opts.tls ? tlsFiles(dataDir, opts.tls) : undefined;
   const removeTls = () => tls?.dir && fs.rmSync(tls.dir, { recursive: true, force: true });
   try {
     // The client port's settings as `kvs run` resolves its flags; the environment (KVS_*) is
     // the program's, not the node's.
-    const cfg = resolveConfig(
-      { 'data-dir': ctx.dataDir, listen: opts.listen, 'node-id': ctx.nodeId, 'read-consistency': ctx.readConsistency, 'log-format': 'json', ...tls?.flags },
-      {},
-    );
-    const { engine, log } = ctx;
-    const agent = ctx.agent?.();
+    let cfg;
+    try {
+      cfg = resolveConfig({ 'data-dir': dataDir, listen: opts.listen, 'node-id': nodeId, 'read-consistency': readConsistency, 'log-format': 'json', ...tls?.flags }, {});
+    } catch (err) {
+      throw new TypeError(`kvs serve(): ${(err as Error).message}`);
+    }
+    const { engine, log } = ctx.host;
+    const agent = ctx.host.agent?.();
     const gateway = await startGateway(cfg, {
       log,
       db: engine.db,

@@ -1,4 +1,4 @@
-// One node per data directory (supervisor/data-dir-lock.ts): the claim is a lock the kernel
+// One node per data directory (shared/data-dir-lock.ts): the claim is a lock the kernel
 // releases when its holder dies, so a node killed with kill -9 can be replaced at once, even
 // while the dead supervisor is still a zombie that its parent has not reaped; and a second node
 // on a live node's data directory is refused with a message naming the directory and the pid.

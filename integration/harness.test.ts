@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { ETCD_BIN, RESERVED_PORTS_FROM, client, etcdctl, freePort, freePorts, pollUntil, portClaimName, reservePort, startEtcd, startKvs, startProcess, status, tempDir, type EtcdNode } from '../testkit/harness.js';
 import { etcdArgs } from '../testkit/loopback.js';
 import { Endpoint, encodeRequest } from './differential.js';
-import { bindAbstract } from '../supervisor/data-dir-lock.js';
+import { bindAbstract } from '../shared/data-dir-lock.js';
 
 function assertGone(pid: number): void {
   assert.throws(() => process.kill(pid, 0), { code: 'ESRCH' }, `process ${pid} is still alive`);

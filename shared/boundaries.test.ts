@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { imports, importedPath, sourceFiles, type SourceFile } from '../testkit/imports.js';
 
-const TOP = ['bin', 'services', 'shared', 'supervisor', 'testkit', 'bench', 'chaos', 'integration'] as const;
+const TOP = ['bin', 'services', 'shared', 'supervisor', 'embed', 'testkit', 'bench', 'chaos', 'integration'] as const;
 type Top = (typeof TOP)[number];
 
 /** What each top folder may import besides itself (a service: besides its own folder). */
@@ -15,11 +15,13 @@ const MAY_IMPORT: Record<Top, readonly Top[]> = {
   shared: [],
   services: ['shared'],
   supervisor: ['shared', 'services'],
+  // The embedding API composes the services' libraries in the caller's process, as the supervisor composes their processes.
+  embed: ['shared', 'services'],
   bin: ['shared', 'supervisor'],
-  testkit: ['shared', 'services', 'supervisor'],
-  bench: ['testkit', 'shared', 'services', 'supervisor'],
-  chaos: ['testkit', 'shared', 'services', 'supervisor'],
-  integration: ['chaos', 'testkit', 'shared', 'services', 'supervisor'],
+  testkit: ['shared', 'services', 'supervisor', 'embed'],
+  bench: ['testkit', 'shared', 'services', 'supervisor', 'embed'],
+  chaos: ['testkit', 'shared', 'services', 'supervisor', 'embed'],
+  integration: ['chaos', 'testkit', 'shared', 'services', 'supervisor', 'embed'],
 };
 /** A unit test beside production source may stand on the test kit as well. */
 const UNIT_TEST_MAY_ALSO: readonly Top[] = ['testkit'];
@@ -54,7 +56,7 @@ function crossings(files: readonly SourceFile[]): Crossing[] {
   for (const { rel, src } of files) {
     const from = placeOf(rel);
     if (!from) continue;
-    const unitTest = rel.endsWith('.test.ts') && ['services', 'shared', 'supervisor'].includes(from.top);
+    const unitTest = rel.endsWith('.test.ts') && ['services', 'shared', 'supervisor', 'embed'].includes(from.top);
     for (const { spec } of imports(src)) {
       if (!spec.startsWith('.')) continue;
       const target = importedPath(rel, spec);
@@ -145,4 +147,9 @@ test('the check sees static, type-only, re-exported, dynamic and side-effect imp
   assert.equal(one('bin/kvs.js', 'await import(@);', '../dist/bench/main.js').length, 1);
   assert.deepEqual(one('bin/kvs.js', 'await import(@);', '../dist/supervisor/cli.js'), []);
   assert.deepEqual(one('bin/kvs-bench.js', 'await import(@);', '../dist/bench/main.js'), []);
+  assert.deepEqual(one('embed/x.ts', 'import { e } from @;', '../services/storage/engine.js'), []);
+  assert.equal(one('embed/x.ts', 'import { s } from @;', '../supervisor/cli.js').length, 1);
+  assert.equal(one('embed/x.ts', 'import { h } from @;', '../testkit/harness.js').length, 1);
+  assert.equal(one('services/storage/x.ts', 'import { o } from @;', '../../embed/open.js').length, 1);
+  assert.equal(one('shared/x.ts', 'import { o } from @;', '../embed/open.js').length, 1);
 });

@@ -106,6 +106,17 @@ export function processRegistry(owner: Owner, adopt: Owner[] = []): client.Regis
   return registry;
 }
 
+/**
+ * A registry of the metrics `owners` count, without Node's process metrics: for a program that
+ * embeds a node (embed/), which merges it into its own registry (that has its own process
+ * metrics). The metrics are this module's, so every node of one process counts into the same.
+ */
+export function ownedRegistry(owners: readonly Owner[]): client.Registry {
+  const registry = new client.Registry();
+  for (const o of owners) for (const m of owned.get(o) ?? []) registry.registerMetric(m);
+  return registry;
+}
+
 export type MetricsJson = client.MetricObjectWithValues<client.MetricValue<string>>[];
 
 /** The node's exposition: every process's registry JSON, merged (counters and histograms summed). */

@@ -95,9 +95,16 @@ async function start(log: Logger, endpoint: string): Promise<Tracing | undefined
   running = { shutdown: () => sdk.shutdown(), log };
   log.info({ endpoint }, `tracing is on: sending spans over OTLP/gRPC to ${endpoint}`);
 
-  const tracer = api.trace.getTracer('kvs');
-  // The storage hop always carries W3C trace context (its proto field is a traceparent),
-  // whatever OTEL_PROPAGATORS chooses for clients.
+  return tracingOver(api.trace.getTracer('kvs'));
+}
+
+/**
+ * Tracing with `tracer`: the SDK's above, or the provider of a program that embeds a node
+ * (embed/open.ts). The storage hop always carries W3C trace context (its proto field is a
+ * traceparent), whatever OTEL_PROPAGATORS chooses for clients.
+ */
+export async function tracingOver(tracer: Tracer): Promise<Tracing> {
+  const [api, core] = await Promise.all([import('@opentelemetry/api'), import('@opentelemetry/core')]);
   const w3c = new core.W3CTraceContextPropagator();
   return {
     tracer,

@@ -9,7 +9,7 @@ import { service } from '../shared/proto/index.js';
 import { guardSignals } from '../shared/component.js';
 import { VERSION } from '../shared/version.js';
 import { Supervisor, COMPONENTS } from './supervisor.js';
-import { DataDirHeldError } from './data-dir-lock.js';
+import { DataDirHeldError } from '../shared/data-dir-lock.js';
 import { registerObjectStoreCommands } from './commands/cli.js';
 
 const prog = sade('kvs').version(VERSION.kvs);

@@ -11,7 +11,7 @@ import { bindUnix, shutdown } from '../shared/grpc/plumbing.js';
 import { Component } from './component.js';
 import { serveHttp, type ObservabilityServer, type Probe } from './http.js';
 import { ConsoleApi } from './console/api.js';
-import { claimDataDir, releaseDataDir } from './data-dir-lock.js';
+import { claimDataDir, releaseDataDir } from '../shared/data-dir-lock.js';
 import { dbPath } from '../shared/mvcc/schema.js';
 import * as M from '../shared/metrics.js';
 

@@ -17,7 +17,7 @@ import path from 'node:path';
 import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
-import { bindAbstract } from '../supervisor/data-dir-lock.js';
+import { bindAbstract } from '../shared/data-dir-lock.js';
 import { freePorts } from './loopback.js';
 
 /** Repository root (this file compiles to dist/testkit/process.js); children run there. */
@@ -117,7 +117,7 @@ export const portClaimName = (port: number): string => `\0kvs-test/port/${port}`
  * answered another server's revision). So the port comes from 12000-19999: below the kernel's
  * ephemeral range (from 32768 on by default), which bind(0) and outgoing connections never
  * use, and below the Ceph OSD's ports (s3-server.ts: from 20000 on). This process claims it
- * with an abstract unix socket named after it (as supervisor/data-dir-lock.ts claims a data
+ * with an abstract unix socket named after it (as shared/data-dir-lock.ts claims a data
  * directory; the kernel releases it when the process dies): every other test process that
  * reserves a port here passes it by until `t` ends.
  */

@@ -8,7 +8,7 @@
 // the WAL (and replicated), and answered once the compact revision moved; the removal of the
 // history follows in steps (mvcc/compaction.ts). A failed compaction (e.g. a client compacted
 // further meanwhile) is logged and tried again at the next tick.
-import { autoCompact, type AutoCompact, type Config } from '../../shared/config.js';
+import type { AutoCompact } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { encode } from '../../shared/proto/index.js';
 import type { Engine } from './engine.js';
@@ -100,9 +100,8 @@ export class Compactor {
   }
 }
 
-/** The compactor the flags ask for, on `engine`, started; undefined when automatic compaction is off. */
-export function startAutoCompaction(cfg: Config, engine: Engine, log: Logger, active?: () => boolean): Compactor | undefined {
-  const mode = autoCompact(cfg);
+/** The compactor `mode` asks for (autoCompact(cfg) of the flags), on `engine`, started; undefined when automatic compaction is off. */
+export function startAutoCompaction(mode: AutoCompact | undefined, engine: Engine, log: Logger, active?: () => boolean): Compactor | undefined {
   if (!mode) return undefined;
   const compactor = new Compactor(mode, {
     log,

@@ -1,12 +1,11 @@
 // The storage process: the only LMDB writer. Owns the WAL, group commit, revisions, MVCC
 // apply and compaction. Serves the Storage service on <data-dir>/run/storage.sock.
 import type { Config } from '../../shared/config.js';
-import { clusterMode, socketPath } from '../../shared/config.js';
+import { autoCompact, clusterMode, socketPath } from '../../shared/config.js';
 import type { PeerAttach } from './peer-attach.js';
 import { attachToPeer, clusterEngineOptions } from './cluster-member.js';
 import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
 import { createLogger, type Logger } from '../../shared/log.js';
-import { openMvcc } from '../../shared/mvcc/schema.js';
 import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
@@ -17,7 +16,7 @@ import { storageServer } from './server.js';
 import { applyAuthFlag } from './auth/startup.js';
 import { ArchiverLink } from './archiver-link.js';
 import { uploadSegment, uploadWalTail } from './wal-upload.js';
-import { startAutoCompaction } from './compactor.js';
+import { openStorageDb, startHousekeeping } from './host.js';
 import { startTracing } from '../../shared/tracing.js';
 
 export async function runStorage(cfg: Config): Promise<void> {
@@ -30,38 +29,28 @@ export async function runStorage(cfg: Config): Promise<void> {
     M.compactRevision.set(opened.executor.compactRevision);
   });
   const tracing = await startTracing(log);
-  const db = openMvcc(cfg.dataDir, { readOnly: false, writemap: true });
+  const db = openStorageDb(cfg.dataDir);
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const cluster = clusterMode(cfg);
   const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened, reportState) : link ? await archivedEngineOptions(cfg, link, log) : {};
   if (!link) reportState('replaying the WAL');
   const engine = openEngine(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
   opened = engine;
-  let compactor: ReturnType<typeof startAutoCompaction>;
   let attach: PeerAttach | undefined;
   if (cluster) attach = attachToPeer(new UnixStreamChannel(socketPath(cfg.dataDir, 'peer')), engine, link!, cfg, log);
   else await applyAuthFlag(engine, cfg.authEnabled, log);
   const { server, endStreams } = storageServer(engine, log);
   const socket = socketPath(cfg.dataDir, 'storage');
   await bindUnix(server, socket);
-  // An idle segment is sealed after SegmentMaxAge so it can be archived. Sealed segments are
-  // trimmed once LMDB is synced past them (and, with an object store, once they are uploaded
-  // and covered by a checkpoint).
   // The supervisor's /readyz also says whether writes are refused for lack of disk space.
-  let refused: string | undefined;
-  const rotation = setInterval(() => {
-    engine.rotateIfDue();
-    engine.trimWal();
-    const now = engine.writesRefused();
-    if (now !== refused) reportHealth({ writesRefused: (refused = now) ?? '' });
-  }, 1000);
-  rotation.unref();
-  if (!cluster) engine.lessor.startExpiry();
-  compactor = startAutoCompaction(cfg, engine, log, () => engine.role === 'leader' || engine.role === 'single');
+  const housekeeping = startHousekeeping(engine, log, {
+    autoCompact: autoCompact(cfg),
+    cluster,
+    onWritesRefused: (reason) => reportHealth({ writesRefused: reason ?? '' }),
+  });
   installLifecycle(log, {
     async stop() {
-      clearInterval(rotation);
-      compactor?.stop();
+      housekeeping.stop();
       attach?.close();
       // Cancels a stalled upload: its batch fails with an unknown outcome (it is in the WAL).
       link?.close();

@@ -12,7 +12,7 @@ import { EtcdClient, isUnavailable, type EtcdClientOptions } from '../../shared/
 import { dbPath, META, openMvcc, readMeta } from '../../shared/mvcc/schema.js';
 import { authMeta } from '../../shared/auth/tables.js';
 import { CompactedError, follow } from '../../services/storage/migrate/follow.js';
-import { claimDataDir, releaseDataDir } from '../data-dir-lock.js';
+import { claimDataDir, releaseDataDir } from '../../shared/data-dir-lock.js';
 import { restoreSnapshot } from '../snapshot-restore.js';
 
 export interface MigrateOptions extends EtcdClientOptions {
