@@ -45,12 +45,6 @@ export interface ClusterStore {
   readonly store: ObjectStore | undefined;
 }
 
-export interface ClusterAttachment extends Attachment {
-  /** The archiver's view of the role (pass it to the object store's attachment). */
-  readonly role: LeaderState;
-  /** Once started: a new connection to the peer agent, for node.serve()'s gateway and the archiver. */
-  agent(): StreamChannel;
-}
 
 const isLocation = (o: ObjectStoreOption): o is ObjectStoreLocation => typeof (o as ObjectStore).get !== 'function';
 
@@ -91,11 +85,12 @@ function mapped<T>(p: Promise<T>): Promise<T> {
 
 /**
  * What open() attaches for `peerListen`, after the object store's (`objectStore`: its archive
- * and opened store). Stopping hands leadership over first, as `kvs run`'s supervisor stops the
- * peer agent before storage.
+ * and opened store). `role` is kept as this node's leadership (the embedded archiver, given the
+ * same object, checkpoints while it leads). Once started, host.agent connects to the peer agent
+ * (node.serve()'s gateway follows it). Stopping hands leadership over first, as `kvs run`'s
+ * supervisor stops the peer agent before storage.
  */
-export function clusterAttachment(objectStore: ClusterStore): ClusterAttachment {
-  const role: LeaderState = { leading: false, term: 0 };
+export function clusterAttachment(objectStore: ClusterStore, role: LeaderState): Attachment {
   let cfg: Config | undefined;
   let log: Logger | undefined;
   let engine: Engine | undefined;
@@ -109,11 +104,6 @@ export function clusterAttachment(objectStore: ClusterStore): ClusterAttachment 
   let view: ClusterView | undefined;
   const closers: { close(): void }[] = [];
   return {
-    role,
-    agent() {
-      if (!peer) throw new Error('the cluster attachment has not started');
-      return inProcessChannel(peer.agent);
-    },
     async prepare({ options, log: l }): Promise<EngineOptions> {
       log = l;
       const tls = peerTlsFlags(options);
@@ -136,6 +126,8 @@ export function clusterAttachment(objectStore: ClusterStore): ClusterAttachment 
         role.leading = leading;
         role.term = term;
       });
+      const agent = peer.agent;
+      host.agent = () => inProcessChannel(agent);
       // The node's own routes: the gateway's, on the engine's in-process links.
       toAgent = inProcessChannel(peer.agent);
       feed = new FeedLink(engineFeed(engine), new Hub(engine.db, l), l);
