@@ -6,6 +6,7 @@
 // write the embedded leader acknowledged.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Etcd3 } from 'etcd3';
@@ -13,6 +14,7 @@ import {
   REPO_ROOT, TEST_CALL_OPTIONS, TEST_FAULT_HANDLING, etcdctl, localObjectStore, onCleanup, pollUntil, reservePort, startKvs, tempDir, type Ctx, type KvsNode, type ObjectStoreSpec,
 } from '../testkit/harness.js';
 import { FAST_FAILOVER, startCluster } from '../testkit/node-cluster.js';
+import { makeCa, type CertFiles } from '../testkit/certs.js';
 import { open, type OpenOptions } from '../embed/index.js';
 
 const location = (s: ObjectStoreSpec) => ({ bucket: s.bucket, prefix: s.prefix, endpoint: s.endpoint });
@@ -28,8 +30,12 @@ async function put(endpoint: string, key: string, v: string): Promise<void> {
   assert.equal(r.exitCode, 0, r.stderr);
 }
 
-test('an embedded follower of two kvs run nodes: role, writes both ways, linearizable reads, its client port, and the cluster after it closes', async (t) => {
-  const cluster = await startCluster(t, 2);
+test('an embedded follower of two kvs run nodes, on peer TLS given as PEM: role, writes both ways, linearizable reads, its client port, and the cluster after it closes', async (t) => {
+  // Peer TLS as the kvs run nodes have it from their flags; the embedded node's as bytes.
+  const ca = await makeCa(t);
+  const certs = new Map<string, CertFiles>();
+  for (const id of ['n1', 'n2', 'e3']) certs.set(id, await ca.peer(id));
+  const cluster = await startCluster(t, 2, { nodeArgs: async (id) => ['--peer-tls-ca', ca.cert, '--peer-tls-cert', certs.get(id)!.cert, '--peer-tls-key', certs.get(id)!.key] });
   const [n1, n2] = cluster.nodes as [(typeof cluster.nodes)[0], (typeof cluster.nodes)[0]];
   const peerPort = await reservePort(t);
   const node = await open({
@@ -37,6 +43,7 @@ test('an embedded follower of two kvs run nodes: role, writes both ways, lineari
     objectStore: location(cluster.objectStore!),
     nodeId: 'e3',
     peerListen: `127.0.0.1:${peerPort}`,
+    peerServerTLS: { ca: fs.readFileSync(ca.cert), cert: fs.readFileSync(certs.get('e3')!.cert), key: fs.readFileSync(certs.get('e3')!.key) },
   });
   t.after(() => node.close());
   await pollUntil('the embedded node to follow', async () => (node.role() === 'follower' ? true : undefined));
