@@ -121,7 +121,8 @@ export function clusterAttachment(objectStore: ClusterStore, role: LeaderState):
       // The leader's side of a follower's forwarded write reaches the engine as on `kvs run`:
       // the Storage service, here on in-process pipes.
       storage = storageServer(engine, l);
-      peer = await startPeer(c, { log: l, store: objectStore.store!, creds: peerCredentials(c, l, peerClient), toStorage: () => inProcessChannel(storage!.server) });
+      // No client URL to show: the node has a client port only once serve() opens one.
+      peer = await startPeer(c, { log: l, store: objectStore.store!, creds: peerCredentials(c, l, peerClient), toStorage: () => inProcessChannel(storage!.server), clientUrl: '' });
       attach = attachToPeer(inProcessChannel(peer.agent), engine, objectStore.archive!, c, l, (leading, term) => {
         role.leading = leading;
         role.term = term;

@@ -43,6 +43,8 @@ export interface PeerDeps {
    * process binds run/peer.sock; an embedded node injects in-process pipes, and needs nothing).
    */
   serveAgent?(agent: GrpcServer): Promise<void>;
+  /** The client URL the other members show for this node; default --advertise-client or --listen's. '' for none (an embedded node without a client port). */
+  clientUrl?: string;
 }
 
 export interface PeerAgent {
@@ -58,7 +60,7 @@ export interface PeerAgent {
 /** Starts the Agent service (`serveAgent`), the peer port and the election loop. */
 export async function startPeer(cfg: Config, deps: PeerDeps): Promise<PeerAgent> {
   const { log, store, creds } = deps;
-  const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: clientUrl(cfg), hostId: hostId() };
+  const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: deps.clientUrl ?? clientUrl(cfg), hostId: hostId() };
   const node = new PeerNode(cfg, self, store, creds, log, deps.toStorage);
   // This node's storage, gateway and archiver call in on our own gRPC server, as storage's
   // (shared/grpc/server.ts): a cluster put crosses Attach four times (twice on the
