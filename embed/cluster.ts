@@ -109,10 +109,15 @@ export function clusterAttachment(objectStore: ClusterStore, role: LeaderState):
       const tls = peerTlsFlags(options);
       removeTls = tls.remove;
       peerClient = tls.client;
-      cfg = clusterConfig(options, tls.flags);
-      const archive = objectStore.archive;
-      if (!archive) throw new Error('kvs: cluster mode needs the object store attached first');
-      return clusterEngineOptions(cfg, archive, l, () => engine);
+      try {
+        cfg = clusterConfig(options, tls.flags);
+        const archive = objectStore.archive;
+        if (!archive) throw new Error('kvs: cluster mode needs the object store attached first');
+        return await clusterEngineOptions(cfg, archive, l, () => engine);
+      } catch (err) {
+        tls.remove(); // stop() runs only for what started
+        throw err;
+      }
     },
     async start(host: Host) {
       engine = host.engine;
@@ -122,7 +127,19 @@ export function clusterAttachment(objectStore: ClusterStore, role: LeaderState):
       // the Storage service, here on in-process pipes.
       storage = storageServer(engine, l);
       // No client URL to show: the node has a client port only once serve() opens one.
-      peer = await startPeer(c, { log: l, store: objectStore.store!, creds: peerCredentials(c, l, peerClient), toStorage: () => inProcessChannel(storage!.server), clientUrl: '' });
+      peer = await startPeer(c, {
+        log: l,
+        store: objectStore.store!,
+        creds: peerCredentials(c, l, peerClient),
+        toStorage: () => inProcessChannel(storage!.server),
+        clientUrl: '',
+        host: {
+          reportState: (detail) => l.debug({ detail }, 'peer agent'),
+          // `kvs run`'s supervisor restores the checkpoint in place; an embedded node restores at open().
+          tooFarBehind: (why) =>
+            l.error({ why }, 'this node is too far behind the object store to catch up (gc removed the WAL it needs): close() it, remove its data directory, and open() it again to restore the latest checkpoint'),
+        },
+      });
       attach = attachToPeer(inProcessChannel(peer.agent), engine, objectStore.archive!, c, l, (leading, term) => {
         role.leading = leading;
         role.term = term;

@@ -16,7 +16,7 @@ import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { Errors, type EtcdError } from '../../shared/errors.js';
 import { memberIdOf } from '../../shared/membership.js';
 import type { Member } from './state.js';
-import { PeerNode } from './peer-node.js';
+import { PeerNode, type PeerHost } from './peer-node.js';
 import { listenPeer, type PeerCredentials } from './transport.js';
 
 /**
@@ -43,6 +43,8 @@ export interface PeerDeps {
    * process binds run/peer.sock; an embedded node injects in-process pipes, and needs nothing).
    */
   serveAgent?(agent: GrpcServer): Promise<void>;
+  /** Reports to the host (the peer process: its supervisor). */
+  host: PeerHost;
   /** The client URL the other members show for this node; default --advertise-client or --listen's. '' for none (an embedded node without a client port). */
   clientUrl?: string;
 }
@@ -61,7 +63,7 @@ export interface PeerAgent {
 export async function startPeer(cfg: Config, deps: PeerDeps): Promise<PeerAgent> {
   const { log, store, creds } = deps;
   const self: Member = { nodeId: cfg.nodeId, memberId: memberIdOf(cfg.nodeId), peerUrl: cfg.advertisePeer!, clientUrl: deps.clientUrl ?? clientUrl(cfg), hostId: hostId() };
-  const node = new PeerNode(cfg, self, store, creds, log, deps.toStorage);
+  const node = new PeerNode(cfg, self, store, creds, log, deps.toStorage, deps.host);
   // This node's storage, gateway and archiver call in on our own gRPC server, as storage's
   // (shared/grpc/server.ts): a cluster put crosses Attach four times (twice on the
   // leader, twice on each follower), and a follower's forwarded write crosses Forward twice.

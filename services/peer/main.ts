@@ -6,7 +6,7 @@ import { createLogger } from '../../shared/log.js';
 import { bindUnix } from '../../shared/grpc/plumbing.js';
 import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
 import { startStages } from '../../shared/stages.js';
-import { installLifecycle, serveMetrics, signalReady } from '../../shared/component.js';
+import { installLifecycle, reportState, requestCheckpointRestore, serveMetrics, signalReady } from '../../shared/component.js';
 import { openObjectStore, objectStoreOptions } from '../../shared/objectstore/index.js';
 import { startPeer } from './agent.js';
 import { peerCredentials } from './transport.js';
@@ -23,6 +23,8 @@ export async function runPeer(cfg: Config): Promise<void> {
     creds,
     toStorage: () => new UnixStreamChannel(socketPath(cfg.dataDir, 'storage')),
     serveAgent: (agent) => bindUnix(agent, socketPath(cfg.dataDir, 'peer')),
+    // The supervisor shows the state, and restores the checkpoint (it restarts storage).
+    host: { reportState, tooFarBehind: requestCheckpointRestore },
   });
   installLifecycle(log, {
     async stop() {
