@@ -27,10 +27,11 @@ export function engineLeaseLink(engine: Engine): WriteLink {
 
 /**
  * One subscription to the engine's feed, with the events of the Storage.Feed call that the
- * gateway's FeedLink reads. A batch is handed over on process.nextTick: after the engine's
- * commit, before the answers to its writes (whose promises settle later), the order storage's
- * socket keeps (a batch's feed message, then its answers), and never inside the engine's own
- * commit path.
+ * gateway's FeedLink reads. A batch is handed over on process.nextTick: never inside the
+ * engine's own commit path, and, when the commit ran from an I/O callback (a single node's
+ * fsync), before the answers to its writes, whose promises settle later: the order storage's
+ * socket keeps (a batch's feed message, then its answers). Nothing depends on that order: a
+ * forwarded write waits for its revision in the feed, and the hub fills a gap from LMDB.
  */
 class InProcessFeedCall extends EventEmitter {
   private destroyed = false;
