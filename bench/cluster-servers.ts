@@ -15,7 +15,7 @@ import { KvClient } from '../testkit/kv-client.js';
 import { key, value } from './keys.js';
 import { processTree, pssBytes, rssBytes } from '../testkit/proc.js';
 import { scrapeFsyncs } from './fsyncs.js';
-import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, waitReady, type DiskUsage, type Server } from './servers.js';
+import { ETCD_BIN, KVS_BIN, REPO_ROOT, SERVER_SESSION, Tail, cleanup, diskUsage, env, stopChild, waitReady, type DiskUsage, type Server } from './servers.js';
 import type { System } from './system.js';
 import type { ClusterControl } from './workload.js';
 import { TcpProxy } from '../testkit/proxy.js';
@@ -112,23 +112,8 @@ class Member {
   async stop(graceMs = 15_000): Promise<void> {
     const child = this.child;
     if (!child) return;
-    const pid = child.pid!;
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      const t = setTimeout(() => {
-        try {
-          process.kill(this.group ? -pid : pid, 'SIGKILL');
-        } catch {}
-      }, graceMs);
-      await this.exited;
-      clearTimeout(t);
-    }
-    if (this.group) {
-      try {
-        process.kill(-pid, 'SIGKILL'); // nothing of the group survives its leader
-      } catch {}
-    }
-    cleanup.processGone(pid);
+    await stopChild(child, this.exited, this.group, graceMs);
+    cleanup.processGone(child.pid!);
   }
 }
 
@@ -235,6 +220,22 @@ function makeCluster(system: System, members: Member[], dirs: string[], proxies:
   return cluster;
 }
 
+/**
+ * Starts the members (`start`), then waits for a leader they all name. On a failure the
+ * cluster is stopped and its members' output rides on the error, so the bench says why.
+ */
+async function started(cluster: BenchCluster, start: () => Promise<void>): Promise<BenchCluster> {
+  try {
+    await start();
+    await cluster.leader();
+  } catch (err) {
+    const out = cluster.output();
+    await cluster.stop();
+    throw Object.assign(err as Error, { output: out });
+  }
+  return cluster;
+}
+
 /** Each member's peer port behind a delay proxy (--peer-delay), or none for 0 ms. */
 async function peerProxies(ports: number[], delayMs: number): Promise<TcpProxy[]> {
   if (delayMs <= 0) return [];
@@ -267,20 +268,13 @@ async function kvsCluster(n: number, extra: string[], extraEnv: Record<string, s
     if (proxies.length) args.push('--advertise-peer', `127.0.0.1:${proxies[i]!.port}`);
     members.push(new Member('kvs', name, endpoint, dataDir, process.execPath, args, `http://${metricsAddr}/metrics`, extraEnv));
   }
-  const cluster = makeCluster('kvs', members, dirs, proxies);
-  try {
-    // The first alone (it takes the leader lock), then the others together.
+  // The first alone (it takes the leader lock), then the others together.
+  return started(makeCluster('kvs', members, dirs, proxies), async () => {
     members[0]!.start();
     await members[0]!.ready();
     for (const m of members.slice(1)) m.start();
     await Promise.all(members.slice(1).map((m) => m.ready()));
-    await cluster.leader();
-  } catch (err) {
-    const out = cluster.output();
-    await cluster.stop();
-    throw Object.assign(err as Error, { output: out });
-  }
-  return cluster;
+  });
 }
 
 async function etcdCluster(n: number, peerDelayMs: number): Promise<BenchCluster> {
@@ -315,18 +309,11 @@ async function etcdCluster(n: number, peerDelayMs: number): Promise<BenchCluster
     ];
     members.push(new Member('etcd', name, `127.0.0.1:${ports[2 * i]}`, dataDir, ETCD_BIN, args, `${clientUrl}/metrics`));
   }
-  const cluster = makeCluster('etcd', members, dirs, proxies);
-  try {
-    // Together: a member serves clients only once the cluster has a quorum.
+  // Together: a member serves clients only once the cluster has a quorum.
+  return started(makeCluster('etcd', members, dirs, proxies), async () => {
     for (const m of members) m.start();
     await Promise.all(members.map((m) => m.ready()));
-    await cluster.leader();
-  } catch (err) {
-    const out = cluster.output();
-    await cluster.stop();
-    throw Object.assign(err as Error, { output: out });
-  }
-  return cluster;
+  });
 }
 
 /**

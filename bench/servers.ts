@@ -167,6 +167,23 @@ export async function waitReady(endpoint: string, child: ChildProcess, ms: numbe
   throw new Error(`${what} not ready at ${endpoint} after ${ms} ms (${last})\n--- output ---\n${out}`);
 }
 
+/** SIGTERM, then SIGKILL (of its group) after `graceMs`; then nothing of the group is left. */
+export async function stopChild(child: ChildProcess, exited: Promise<void>, group: boolean, graceMs: number): Promise<void> {
+  const pid = child.pid!;
+  const kill = (target: number) => {
+    try {
+      process.kill(target, 'SIGKILL');
+    } catch {} // ESRCH: already gone
+  };
+  if (child.exitCode === null && child.signalCode === null) {
+    child.kill('SIGTERM');
+    const t = setTimeout(() => kill(group ? -pid : pid), graceMs);
+    await exited;
+    clearTimeout(t);
+  }
+  if (group) kill(-pid); // nothing of the group survives its leader
+}
+
 async function launch(
   system: System,
   start: (dataDir: string) => Promise<{ child: ChildProcess; endpoint: string; metricsUrl: string; group: boolean; out: Tail }>,
@@ -183,21 +200,7 @@ async function launch(
     let stopped: Promise<void> | undefined;
     const stop = (): Promise<void> =>
       (stopped ??= (async () => {
-        if (child.exitCode === null && child.signalCode === null) {
-          child.kill('SIGTERM');
-          const t = setTimeout(() => {
-            try {
-              process.kill(group ? -pid : pid, 'SIGKILL');
-            } catch {}
-          }, 15_000);
-          await exited;
-          clearTimeout(t);
-        }
-        if (group) {
-          try {
-            process.kill(-pid, 'SIGKILL'); // nothing of the group survives its leader
-          } catch {}
-        }
+        await stopChild(child, exited, group, 15_000);
         live.delete(pid);
         await rm(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
         dirs.delete(dataDir);

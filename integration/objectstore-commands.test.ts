@@ -8,7 +8,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openObjectStore, type ObjectStore } from '../shared/objectstore/index.js';
-import { objectPath } from '../shared/objectstore/local.js';
+import { objectPath } from '../shared/objectstore/local-keys.js';
 import { sstKey, walKey, type CheckpointManifest } from '../shared/objectstore/layout.js';
 import { KVS_BIN, fileScope, runCommand, tempDir } from '../testkit/harness.js';
 import { failed, history, keys, kvs, ok, sha, writeCheckpoint, writeLatest } from './objectstore-fixtures.js';

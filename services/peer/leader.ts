@@ -10,6 +10,9 @@
 //    lock touch is younger than the liveness TTL minus a margin (the disconnected one can take
 //    over only after it saw the lock unchanged that long).
 // A refused touch means deposed: everything in flight fails and the term ends.
+//
+// One file over 500 lines on purpose: the pending batches, the followers' ACKs, the catch-up ring
+// and the lock touches are one term's state, and every rule above reads all of them at once.
 import type { ServerCall } from '../../shared/grpc/server.js';
 import { status } from '@grpc/grpc-js';
 import type { Logger } from '../../shared/log.js';

@@ -3,11 +3,8 @@
 // (readers see the old or the new object, never a torn one) and durable (file and directory
 // fsynced), and conditional writes are atomic between the processes of one machine.
 //
-// On disk, `<root>/<bucket>/` holds one file per object. The key (store prefix + key) is split
-// at `/`; each segment is percent-encoded (see `encodeSegment`), so no key can escape the
-// bucket directory. Object files carry the encoded segment as their name, directories the
-// encoded segment plus `~`, so `a` and `a/b` can both exist. Temporary files start with `.`,
-// which no encoded segment does.
+// On disk, `<root>/<bucket>/` holds one file per object, named from its key (local-keys.ts);
+// every file-system step is durable before it returns (local-files.ts).
 //
 // The etag of an object is derived from its file's identity (inode, size, mtime): a replaced
 // object always gets a new file, so its etag changes.
@@ -15,10 +12,9 @@
 // Versions: this store keeps none. `listVersions` yields nothing and `get` with a versionId
 // finds nothing; point-in-time restore needs a versioned S3 bucket.
 
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import fsSync, { constants as fsc, realpathSync, type BigIntStats } from 'node:fs';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import path from 'node:path';
 import {
   PreconditionFailedError,
@@ -30,106 +26,20 @@ import {
   type PutOptions,
   type PutResult,
 } from './store.js';
-
-const DIR_SUFFIX = '~';
-const MAX_KEY_BYTES = 1024; // as S3
-const MAX_NAME_BYTES = 255; // a file name on Linux file systems
-
-/**
- * One key segment as a file name: bytes outside [A-Za-z0-9_.-] become %XX, and so does a
- * leading `.` (so `.`, `..` and temp files cannot be produced); the empty segment is `%`.
- */
-export function encodeSegment(seg: string): string {
-  if (seg === '') return '%';
-  let out = '';
-  const bytes = Buffer.from(seg, 'utf8');
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i]!;
-    const c = String.fromCharCode(b);
-    const plain = /[A-Za-z0-9_-]/.test(c) || (c === '.' && i > 0);
-    out += plain ? c : '%' + b.toString(16).toUpperCase().padStart(2, '0');
-  }
-  return out;
-}
-
-export function decodeSegment(name: string): string {
-  if (name === '%') return '';
-  const bytes: number[] = [];
-  for (let i = 0; i < name.length; i++) {
-    if (name[i] === '%') {
-      bytes.push(parseInt(name.slice(i + 1, i + 3), 16));
-      i += 2;
-    } else bytes.push(name.charCodeAt(i));
-  }
-  return Buffer.from(bytes).toString('utf8');
-}
-
-/** The path of a full key's object file, relative to the bucket directory. */
-export function objectPath(fullKey: string): string {
-  const size = Buffer.byteLength(fullKey, 'utf8');
-  if (size === 0) throw new Error('object store: empty key');
-  if (size > MAX_KEY_BYTES) throw new Error(`object store: key longer than ${MAX_KEY_BYTES} bytes: ${fullKey.slice(0, 80)}...`);
-  const segs = fullKey.split('/');
-  const names = segs.map((s, i) => encodeSegment(s) + (i < segs.length - 1 ? DIR_SUFFIX : ''));
-  for (const n of names) {
-    if (Buffer.byteLength(n) > MAX_NAME_BYTES) {
-      throw new Error(`object store: a part of key ${fullKey.slice(0, 80)} is too long for a local directory store (${MAX_NAME_BYTES} bytes encoded)`);
-    }
-  }
-  return path.join(...names);
-}
-
-/** Order of S3 listings: by the UTF-8 bytes of the key. */
-function compareUtf8(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
-}
-
-/** Whether every key starting with `prefix` sorts at or before `after`. */
-function endsBefore(prefix: string, after: Buffer): boolean {
-  const p = Buffer.from(prefix, 'utf8');
-  return Buffer.compare(p, after.subarray(0, p.length)) < 0;
-}
-
-function etagOf(st: BigIntStats): string {
-  return `${st.ino.toString(36)}-${st.size.toString(36)}-${st.mtimeNs.toString(36)}`;
-}
-
-function isCode(err: unknown, ...codes: string[]): boolean {
-  return codes.includes((err as NodeJS.ErrnoException)?.code ?? '');
-}
-
-/**
- * ENOTDIR: a path component is a file. The store never names a file like a directory (`~`),
- * so the bucket directory is damaged; answering "absent" would let a node boot EMPTY on it.
- */
-function damaged(err: unknown, file: string): Error {
-  return new Error(
-    `the local object store is damaged: a part of ${file} that must be a directory is a file (${(err as Error).message}); ` +
-      'restore the directory from a backup, or point --s3-endpoint at an intact copy',
-    { cause: err },
-  );
-}
-
-/** An object path that is not a regular file: damage, not absence. */
-function notAFile(file: string): Error {
-  return new Error(`the local object store is damaged: ${file} is not a regular file; restore the directory from a backup`);
-}
-
-/** A directory removed meanwhile (by the delete of its last object) needs no sync. */
-async function fsyncDir(dir: string): Promise<void> {
-  let fh;
-  try {
-    fh = await fs.open(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
-  } catch (err) {
-    if (isCode(err, 'ENOENT')) return;
-    throw err;
-  }
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
+import { DIR_SUFFIX, compareUtf8, decodeSegment, encodeSegment, endsBefore, objectPath } from './local-keys.js';
+import {
+  damaged,
+  etagOf,
+  fsyncDir,
+  fsyncDirSync,
+  isCode,
+  mkdirDurable,
+  mkdirDurableSync,
+  notAFile,
+  withKeyLock,
+  writeNewFile,
+  writeNewFileSync,
+} from './local-files.js';
 
 // With `syncSmallPuts` (the archiver), a small put (a WAL batch) writes with synchronous
 // calls. Its dozen small steps (mkdir, open, write, fsync, stat, close, rename, the
@@ -143,124 +53,6 @@ async function fsyncDir(dir: string): Promise<void> {
 // while it renews the leader lock) every put is asynchronous, so no fsync of the store ever
 // holds that loop.
 const SYNC_PUT_MAX = 256 * 1024;
-
-/** fsyncDir, synchronously. */
-function fsyncDirSync(dir: string): void {
-  let fd;
-  try {
-    fd = fsSync.openSync(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
-  } catch (err) {
-    if (isCode(err, 'ENOENT')) return;
-    throw err;
-  }
-  try {
-    fsSync.fsyncSync(fd);
-  } finally {
-    fsSync.closeSync(fd);
-  }
-}
-
-/** mkdir -p that fsyncs the parent of every directory it creates, so the new path survives a crash. */
-function mkdirDurableSync(dir: string): void {
-  try {
-    fsSync.mkdirSync(dir);
-  } catch (err) {
-    if (isCode(err, 'EEXIST')) return;
-    if (!isCode(err, 'ENOENT')) throw err;
-    mkdirDurableSync(path.dirname(dir));
-    try {
-      fsSync.mkdirSync(dir);
-    } catch (err2) {
-      if (!isCode(err2, 'EEXIST')) throw err2;
-      return;
-    }
-  }
-  fsyncDirSync(path.dirname(dir));
-}
-
-/**
- * mkdirDurableSync, asynchronously. The parent is synced even when the directory was there:
- * whoever made it (another put of this process, awaiting its own sync of the parent) may not
- * have synced its entry yet, and this put must not be acknowledged before that.
- */
-async function mkdirDurable(dir: string): Promise<void> {
-  try {
-    await fs.mkdir(dir);
-  } catch (err) {
-    if (!isCode(err, 'EEXIST', 'ENOENT')) throw err;
-    if (isCode(err, 'ENOENT')) {
-      await mkdirDurable(path.dirname(dir));
-      try {
-        await fs.mkdir(dir);
-      } catch (err2) {
-        if (!isCode(err2, 'EEXIST')) throw err2;
-      }
-    }
-  }
-  await fsyncDir(path.dirname(dir));
-}
-
-/** writeNewFileSync, asynchronously. */
-async function writeNewFile(file: string, body: Buffer): Promise<string> {
-  const fh = await fs.open(file, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o666);
-  let written = false;
-  try {
-    await fh.writeFile(body);
-    await fh.sync();
-    const etag = etagOf(await fh.stat({ bigint: true }));
-    written = true;
-    return etag;
-  } finally {
-    await fh.close();
-    if (!written) await fs.rm(file, { force: true });
-  }
-}
-
-/** A new file at `file` holding `body`, fsynced; returns its etag. On a failure no file is left. */
-function writeNewFileSync(file: string, body: Buffer): string {
-  const fd = fsSync.openSync(file, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o666);
-  let written = false;
-  try {
-    for (let off = 0; off < body.length; ) off += fsSync.writeSync(fd, body, off, body.length - off);
-    fsSync.fsyncSync(fd);
-    const etag = etagOf(fsSync.fstatSync(fd, { bigint: true }));
-    written = true;
-    return etag;
-  } finally {
-    fsSync.closeSync(fd);
-    if (!written) fsSync.rmSync(file, { force: true });
-  }
-}
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/**
- * A lock on one object, held by this process, released by the kernel if the process dies: a
- * listening socket in Linux's abstract namespace (binding a name is exclusive, and the name
- * vanishes with its owner, so a crash leaves no stale lock behind).
- */
-async function withKeyLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
-  const name = '\0kvs-objectstore-' + createHash('sha256').update(id).digest('hex').slice(0, 40);
-  const server = net.createServer();
-  server.unref();
-  for (let delay = 1; ; delay = Math.min(delay * 2, 20)) {
-    const err = await new Promise<Error | undefined>((resolve) => {
-      server.once('error', resolve);
-      server.listen(name, () => {
-        server.removeListener('error', resolve);
-        resolve(undefined);
-      });
-    });
-    if (!err) break;
-    if (!isCode(err, 'EADDRINUSE')) throw err;
-    await sleep(delay);
-  }
-  try {
-    return await fn();
-  } finally {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
 
 export interface LocalStoreOptions {
   /** The directory of the endpoint (`file:///var/lib/kvs-objects` -> /var/lib/kvs-objects). */

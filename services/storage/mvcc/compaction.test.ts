@@ -1,38 +1,25 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { openMvcc, META, type MvccDb } from '../../../shared/mvcc/schema.js';
+import { META, type MvccDb } from '../../../shared/mvcc/schema.js';
 import { liveCount } from '../../../shared/mvcc/keyindex.js';
 import { range, type RangeParams } from '../../../shared/mvcc/range.js';
 import { readHistory, compactionPending } from '../../../shared/mvcc/history.js';
 import { hashAll, hashKV } from '../../../shared/mvcc/hash.js';
 import { prng } from '../../../testkit/prng.js';
+import { putRequest as put, randomWrite, tempMvccDb } from '../../../testkit/mvcc-fixtures.js';
 import { Executor } from './execute.js';
-import type { PutRequest } from '../../../shared/mvcc/requests.js';
 import { compactStep, finishCompaction } from './compaction.js';
 import { dump } from './dump.js';
 
 const id = { clusterId: '1', memberId: '2', raftTerm: 1 };
 const b = (s: string) => Buffer.from(s);
 const NONE = new Uint8Array(0);
-const put = (key: string, value: string): PutRequest => ({ key: b(key), value: b(value), lease: 0, prevKv: false, ignoreValue: false, ignoreLease: false });
 const all = (over: Partial<RangeParams> = {}): RangeParams => ({
   key: Buffer.from([0]), rangeEnd: Buffer.from([0]), limit: 0, revision: 0, sortOrder: 0, sortTarget: 0,
   keysOnly: false, countOnly: false, minModRevision: 0, maxModRevision: 0, minCreateRevision: 0, maxCreateRevision: 0, ...over,
 });
 
-function tempDb(t: { after(fn: () => unknown): void }): MvccDb {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-compaction-'));
-  const db = openMvcc(dir, { readOnly: false });
-  t.after(async () => {
-    await db.env.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-  db.env.transactionSync(() => db.meta.putSync(META.revision, 1));
-  return db;
-}
+const tempDb = (t: { after(fn: () => unknown): void }): MvccDb => tempMvccDb(t, 'kvs-compaction-');
 
 /** What readers can observe of a store: Range (and counts) at every readable revision, HashKV, Hash, watch history. */
 function observe(db: MvccDb): unknown {
@@ -57,29 +44,13 @@ test('compaction in small steps: readers see exactly what they see after an imme
   const exE = new Executor(eager, id);
   const exS = new Executor(stepped, id);
   const rnd = prng(7);
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const keys = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
   let steps = 0;
   let sawPending = 0;
   for (let i = 0; i < 400; i++) {
-    const r = rnd();
-    type Op = (ex: Executor) => unknown;
-    let op: Op;
-    if (r < 0.55) {
-      const k = pick(keys);
-      op = (ex) => ex.put(put(k, `v${i}`));
-    } else if (r < 0.75) {
-      const [x, y] = [pick(keys), pick(keys)].sort();
-      op = (ex) => ex.deleteRange({ key: b(x!), rangeEnd: b(`${y}\0`), prevKv: false });
-    } else if (r < 0.85) {
-      const k = pick(keys);
-      op = (ex) => ex.txn({ compare: [], success: [{ requestDeleteRange: { key: b(k), rangeEnd: NONE, prevKv: false } }, { requestPut: put(`${k}2`, 't') }], failure: [] });
-    } else {
-      // Often right at the head (a deletion at the compact revision), sometimes while a removal is pending.
-      const to = rnd() < 0.3 ? exE.revision : exE.compactRevision + 1 + Math.floor(rnd() * (exE.revision - exE.compactRevision));
-      if (to <= exE.compactRevision || to > exE.revision) continue;
-      op = (ex) => ex.compact({ revision: to, physical: false });
-    }
+    const write = randomWrite(rnd, keys, i, exE);
+    if (!write) continue;
+    const { op } = write;
     eager.env.transactionSync(() => {
       op(exE);
       finishCompaction(eager);

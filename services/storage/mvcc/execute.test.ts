@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
-import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
+import { tempMvccDb } from '../../../testkit/mvcc-fixtures.js';
 import { decodeKeyValue, encodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
 import { liveCount, liveVersion } from '../../../shared/mvcc/keyindex.js';
 import { mainOf, refIsPut, refMain, refRevKey, revKey } from '../../../shared/mvcc/revision.js';

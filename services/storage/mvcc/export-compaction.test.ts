@@ -5,19 +5,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compactionPending } from '../../../shared/mvcc/history.js';
-import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
 import type { MvccDb } from '../../../shared/mvcc/schema.js';
 import { writeBoltFile } from '../../../shared/bbolt/write.js';
 import { etcdBuckets, type ExportSummary } from '../../../shared/etcd-snapshot/write.js';
 import { prng } from '../../../testkit/prng.js';
+import { randomWrite, tempMvccDb } from '../../../testkit/mvcc-fixtures.js';
 import { Executor } from './execute.js';
-import type { PutRequest } from '../../../shared/mvcc/requests.js';
 import { compactStep, finishCompaction } from './compaction.js';
 
 const id = { clusterId: '1', memberId: '2', raftTerm: 1 };
-const b = (s: string) => Buffer.from(s);
-const NONE = new Uint8Array(0);
-const put = (key: string, value: string): PutRequest => ({ key: b(key), value: b(value), lease: 0, prevKv: false, ignoreValue: false, ignoreLease: false });
 
 /** Every bucket's entries (hex), and the file. */
 function exported(db: MvccDb): { entries: Record<string, string[]>; file: Buffer; summary: ExportSummary } {
@@ -40,29 +36,14 @@ test('the export during a stepped compaction equals the export after an immediat
   const exE = new Executor(eager, id);
   const exS = new Executor(stepped, id);
   const rnd = prng(17);
-  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const keys = ['a', 'b', 'c', 'd', 'e', 'f'];
   let sawPending = 0;
   let compactions = 0;
   for (let i = 0; i < 300; i++) {
-    const r = rnd();
-    let op: (ex: Executor) => unknown;
-    if (r < 0.55) {
-      const k = pick(keys);
-      const v = `v${i}`.repeat(1 + Math.floor(rnd() * 40));
-      op = (ex) => ex.put(put(k, v));
-    } else if (r < 0.75) {
-      const [x, y] = [pick(keys), pick(keys)].sort();
-      op = (ex) => ex.deleteRange({ key: b(x!), rangeEnd: b(`${y}\0`), prevKv: false });
-    } else if (r < 0.85) {
-      const k = pick(keys);
-      op = (ex) => ex.txn({ compare: [], success: [{ requestDeleteRange: { key: b(k), rangeEnd: NONE, prevKv: false } }, { requestPut: put(`${k}2`, 't') }], failure: [] });
-    } else {
-      const to = rnd() < 0.3 ? exE.revision : exE.compactRevision + 1 + Math.floor(rnd() * (exE.revision - exE.compactRevision));
-      if (to <= exE.compactRevision || to > exE.revision) continue;
-      compactions++;
-      op = (ex) => ex.compact({ revision: to, physical: false });
-    }
+    const write = randomWrite(rnd, keys, i, exE, true);
+    if (!write) continue;
+    const { op } = write;
+    if (write.compaction) compactions++;
     eager.env.transactionSync(() => {
       op(exE);
       finishCompaction(eager);

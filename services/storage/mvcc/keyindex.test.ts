@@ -1,6 +1,6 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
+import { tempMvccDb } from '../../../testkit/mvcc-fixtures.js';
 import { walkRange } from '../../../shared/mvcc/range.js';
 import { decodeKeyValue } from '../../../shared/mvcc/keyvalue.js';
 import { Executor } from './execute.js';

@@ -1,6 +1,6 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { tempMvccDb } from '../../../shared/mvcc/temp-db.js';
+import { tempMvccDb } from '../../../testkit/mvcc-fixtures.js';
 import { encodedRange, range, readRevisions, type RangeParams } from '../../../shared/mvcc/range.js';
 import { build, rangeResponse, rangeResponseRecycler, recycleRangeResponse, type Header } from '../../../shared/mvcc/responses.js';
 import { Executor } from './execute.js';

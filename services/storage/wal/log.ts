@@ -6,23 +6,22 @@
  *   fsynced, closed, immutable, and handed to `onSeal` (for archiving).
  * - Every `appendSync` call is one write + one fdatasync (group commit is the
  *   caller's job: it passes a whole batch).
- * - On open, a torn/corrupt tail of the newest segment is cut; any damage or
+ * - On open (recover.ts), a torn/corrupt tail of the newest segment is cut; any damage or
  *   index discontinuity elsewhere refuses to open.
  * - No timers here: the caller runs `rotateIfDue()` periodically.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { encodeFrames, MAX_INDEX, type WalRecord } from '../../../shared/wal/frame.js';
-import { DEFAULT_MAX_SEGMENT_BYTES, listSegments, readSegment } from '../../../shared/wal/segment.js';
+import { DEFAULT_MAX_SEGMENT_BYTES, readSegment } from '../../../shared/wal/segment.js';
 import { fsyncDir } from '../../../shared/fsync.js';
 import { SegmentWriter } from './segment-writer.js';
+import { recoverLog, type SealedSegment, type WalLogFn } from './recover.js';
 import { walFsyncDuration } from '../../../shared/metrics.js';
 
 export type { WalRecord } from '../../../shared/wal/frame.js';
 
-export type SealedSegment = { path: string; name: string; firstIndex: bigint; lastIndex: bigint; bytes: number };
-
-export type WalLogFn = (msg: string, fields?: Record<string, unknown>) => void;
+export type { SealedSegment, WalLogFn } from './recover.js';
 
 export interface WalOptions {
   /** Seal the active segment before an append once it holds at least this many bytes. Default 50 MB (50_000_000). */
@@ -55,11 +54,6 @@ interface Active {
 }
 
 const monotonicNow = (): number => performance.timeOrigin + performance.now();
-
-const RESTORE_HINT =
-  'This is not the newest segment, so it cannot be a torn write, and opening past it would lose or misorder acknowledged writes. ' +
-  'Do not edit or delete WAL files by hand: stop this node and restore its data from the object store ' +
-  '(or move the WAL directory aside and rebuild the node from the object store), then restart.';
 
 export class Wal {
   readonly dir: string;
@@ -104,11 +98,12 @@ export class Wal {
    */
   static open(dir: string, opts: WalOptions = {}): Wal {
     const wal = new Wal(dir, opts);
-    try {
-      wal.#load();
-    } catch (err) {
-      wal.#active?.writer.abandon();
-      throw err;
+    const found = recoverLog(wal.dir, wal.#now, wal.#log);
+    wal.#sealed = found.sealed;
+    if (found.active) wal.#active = { ...found.active, dirSynced: true };
+    if (found.lastIndex !== undefined) {
+      wal.#lastIndex = found.lastIndex;
+      wal.#positioned = true;
     }
     return wal;
   }
@@ -422,103 +417,6 @@ export class Wal {
       );
       this.#failed = e;
       this.#log?.('WAL append failed and rollback failed; WAL disabled until restart', { file: act.writer.path, offset: prevSize, error: e.message });
-    }
-  }
-
-  #load(): void {
-    const created = fs.mkdirSync(this.dir, { recursive: true });
-    if (created !== undefined) fsyncDir(path.dirname(created));
-
-    const segs = listSegments(this.dir);
-    const toDelete: string[] = [];
-    let prevLast: bigint | undefined;
-    let prevPath: string | undefined;
-
-    for (let i = 0; i < segs.length; i++) {
-      const seg = segs[i]!;
-      const isLast = i === segs.length - 1;
-      const r = readSegment(seg.path);
-      const base = r.buf.byteOffset;
-      const offsetOf = (rec: WalRecord): number => rec.payload.byteOffset - base - 16;
-
-      // Index checks on the decoded prefix (never repaired, in any segment).
-      const recs = r.records;
-      if (recs.length > 0) {
-        const first = recs[0]!.index;
-        if (first !== seg.firstIndex) {
-          throw new Error(
-            `WAL segment ${seg.path}: the file name says the first index is ${seg.firstIndex} but the record at byte offset 0 has index ${first}. ${RESTORE_HINT}`,
-          );
-        }
-        if (prevLast !== undefined && first !== prevLast + 1n) {
-          throw new Error(
-            `WAL index gap: segment ${seg.path} starts (byte offset 0) at index ${first} but the previous segment ${prevPath} ends at index ${prevLast}` +
-              ` (expected ${prevLast + 1n}). ${RESTORE_HINT}`,
-          );
-        }
-        for (let k = 1; k < recs.length; k++) {
-          if (recs[k]!.index !== recs[k - 1]!.index + 1n) {
-            throw new Error(
-              `WAL segment ${seg.path}: record at byte offset ${offsetOf(recs[k]!)} has index ${recs[k]!.index}, expected ${recs[k - 1]!.index + 1n}` +
-                ` (index discontinuity). ${RESTORE_HINT}`,
-            );
-          }
-        }
-      }
-
-      if (!isLast) {
-        if (r.stop !== 'end') {
-          throw new Error(`WAL segment ${seg.path} is ${r.stop === 'torn' ? 'truncated' : 'corrupt'} at byte offset ${r.validBytes}: ${r.detail}. ${RESTORE_HINT}`);
-        }
-        if (recs.length === 0) {
-          this.#log?.('removing empty WAL segment', { file: seg.path });
-          toDelete.push(seg.path);
-          continue;
-        }
-        prevLast = recs[recs.length - 1]!.index;
-        prevPath = seg.path;
-        this.#sealed.push({ path: seg.path, name: seg.name, firstIndex: seg.firstIndex, lastIndex: prevLast, bytes: r.validBytes });
-        continue;
-      }
-
-      // Newest segment: cut a torn/corrupt tail (or a zero tail) away.
-      if (r.stop !== 'end') {
-        this.#log?.('cut torn/corrupt tail of the newest WAL segment', {
-          file: seg.path,
-          offset: r.validBytes,
-          cutBytes: r.fileBytes - r.validBytes,
-          fileBytes: r.fileBytes,
-          reason: r.stop,
-          detail: r.detail,
-          keptRecords: recs.length,
-          lastKeptIndex: recs.length > 0 ? recs[recs.length - 1]!.index.toString() : undefined,
-        });
-      } else if (r.validBytes < r.fileBytes) {
-        this.#log?.('trimming zero-filled tail of the newest WAL segment', { file: seg.path, offset: r.validBytes, cutBytes: r.fileBytes - r.validBytes });
-      }
-      if (recs.length === 0) {
-        this.#log?.('removing newest WAL segment: it holds no complete record', { file: seg.path, fileBytes: r.fileBytes });
-        toDelete.push(seg.path);
-        continue;
-      }
-      const writer = SegmentWriter.reopen(seg.path, seg.firstIndex, r.fileBytes, this.#now());
-      try {
-        if (r.validBytes < r.fileBytes) writer.truncateSync(r.validBytes);
-      } catch (err) {
-        writer.abandon();
-        throw err;
-      }
-      prevLast = recs[recs.length - 1]!.index;
-      this.#active = { writer, lastIndex: prevLast, dirSynced: true };
-    }
-
-    if (toDelete.length > 0) {
-      for (const f of toDelete) fs.rmSync(f, { force: true });
-      fsyncDir(this.dir);
-    }
-    if (prevLast !== undefined) {
-      this.#lastIndex = prevLast;
-      this.#positioned = true;
     }
   }
 }
