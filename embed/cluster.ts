@@ -1,4 +1,4 @@
-// An embedded node as a member of a cluster with `kvs run` nodes (docs/embedding.md#in-a-cluster):
+// An embedded node as a member of a cluster with `kvs run` nodes (docs/cluster.md for the cluster itself):
 // the peer agent (services/peer/agent.ts) runs in the caller's process, with its peer port for
 // the other nodes, and the node's storage attaches to it as `kvs run`'s storage process does
 // (services/storage/cluster-member.ts), over an in-process pipe instead of run/peer.sock. The
