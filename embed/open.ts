@@ -94,14 +94,13 @@ export async function open(options: OpenOptions): Promise<Node> {
       onWritesRefused: (reason) => (reason ? log.warn({ reason }, 'writes are refused') : log.info('writes are taken again')),
     });
     if (!engineOptions.cluster) await applyAuthFlag(engine, opts.authEnabled, log);
-    const node: EmbeddedNode = new EmbeddedNode({
+    return new EmbeddedNode({
       host,
       spans: new Spans(tracing),
       readConsistency: opts.readConsistency,
       close: stop,
-      serve: (o) => serve({ host, options: opts, tracing, metrics: () => node.metrics().metrics() }, o),
+      serve: (o) => serve({ host, options: opts, tracing }, o),
     });
-    return node;
   } catch (err) {
     await stop().catch(() => {});
     throw err;

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { resolveConfig } from '../shared/config.js';
+import * as M from '../shared/metrics.js';
 import type { Tracing } from '../shared/tracing.js';
 import { engineFeed, engineLeaseLink, engineWriteLink } from '../services/storage/in-process.js';
 import { startGateway } from '../services/gateway/gateway.js';
@@ -21,8 +22,6 @@ export interface ServeContext {
   host: Host;
   options: ResolvedOptions;
   tracing?: Tracing;
-  /** The node's metrics in Prometheus's text format (the JSON gateway's /metrics). */
-  metrics(): Promise<string>;
 }
 
 const isPem = (v: string | Buffer) => Buffer.isBuffer(v) || v.trimStart().startsWith('-----BEGIN');
@@ -65,6 +64,10 @@ export async function serve(ctx: ServeContext, opts: ServeOptions): Promise<Serv
     }
     const { engine, log } = ctx.host;
     const agent = ctx.host.agent?.();
+    // The port's /metrics: the node's and the port's own (its requests, watches), as `kvs run`'s
+    // client port shows the node's.
+    const registry = M.ownedRegistry(['storage', 'gateway']);
+    let refresh = () => {};
     const gateway = await startGateway(cfg, {
       log,
       db: engine.db,
@@ -73,11 +76,15 @@ export async function serve(ctx: ServeContext, opts: ServeOptions): Promise<Serv
       feed: engineFeed(engine),
       agent,
       tracing: ctx.tracing,
-      metrics: ctx.metrics,
+      metrics: () => {
+        refresh();
+        return registry.metrics();
+      },
     }).catch((err) => {
       agent?.close();
       throw err;
     });
+    refresh = () => gateway.refreshMetrics();
     let closing: Promise<void> | undefined;
     return {
       port: gateway.port,

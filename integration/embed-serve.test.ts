@@ -69,6 +69,10 @@ test('serve(): etcdctl and the etcd3 client on the embedded node, writes through
   const body = JSON.parse(r.stdout);
   assert.equal(Buffer.from(body.kvs[0].value, 'base64').toString(), 'from-node');
   assert.equal(Number(body.header.revision), node.currentRevision());
+  // etcd's /metrics on the client port: the node's writes and the port's own watches.
+  const metrics = (await run('curl', ['-s', `http://${ep}/metrics`], { env: {} })).stdout;
+  assert.match(metrics, /^kvs_current_revision \d+/m);
+  assert.match(metrics, /^kvs_watch_active(\{[^}]*\})? 1$/m, 'the etcdctl watch is counted');
 
   // close(): the port stops, the node goes on.
   await served.close();
