@@ -1,4 +1,4 @@
-// An embedded node as a member of a cluster with `kvs run` nodes (docs/cluster.md for the cluster itself):
+// An embedded node as a member of a cluster with `kvs run` nodes (docs/embedding.md#in-a-cluster):
 // the peer agent (services/peer/agent.ts) runs in the caller's process, with its peer port for
 // the other nodes, and the node's storage attaches to it as `kvs run`'s storage process does
 // (services/storage/cluster-member.ts), over an in-process pipe instead of run/peer.sock. The
@@ -17,7 +17,7 @@ import { storageServer } from '../services/storage/server.js';
 import { engineFeed, engineLeaseLink, engineWriteLink } from '../services/storage/in-process.js';
 import { attachToPeer, clusterEngineOptions } from '../services/storage/cluster-member.js';
 import type { PeerAttach } from '../services/storage/peer-attach.js';
-import type { ArchiverLink } from '../services/storage/archiver-link.js';
+import type { Archive } from '../shared/objectstore/archive.js';
 import { startPeer, type PeerAgent } from '../services/peer/agent.js';
 import { peerCredentials } from '../services/peer/transport.js';
 import { ClusterView, RoutedLink } from '../services/gateway/cluster-view.js';
@@ -40,7 +40,7 @@ export interface LeaderState {
 /** What the cluster role needs of the object store's attachment (embed/object-store.ts), once it is prepared. */
 export interface ClusterStore {
   /** Storage's side of the archiver: the leader uploads through it. */
-  readonly archive: ArchiverLink | undefined;
+  readonly archive: Archive | undefined;
   /** The prefix's store, opened: the leader lock, term starts, catch-up. */
   readonly store: ObjectStore | undefined;
 }

@@ -8,7 +8,7 @@ import type { StreamChannel } from '../../shared/grpc/stream-channel.js';
 import type { Engine, EngineOptions } from './engine.js';
 import { openWal } from './engine/open.js';
 import { PeerAttach } from './peer-attach.js';
-import type { ArchiverLink } from './archiver-link.js';
+import type { Archive } from '../../shared/objectstore/archive.js';
 import { uploadWalTail } from './wal-upload.js';
 import { applyAuthFlag } from './auth/startup.js';
 
@@ -35,7 +35,7 @@ export interface ClusterMemberSettings {
  */
 export async function clusterEngineOptions(
   cfg: ClusterMemberSettings,
-  link: ArchiverLink,
+  link: Archive,
   log: Logger,
   engine: () => Engine | undefined,
   reportState: (detail: string) => void = () => {},
@@ -70,7 +70,7 @@ export async function clusterEngineOptions(
 export function attachToPeer(
   channel: StreamChannel,
   engine: Engine,
-  link: ArchiverLink,
+  link: Archive,
   cfg: ClusterMemberSettings,
   log: Logger,
   onRole: (leading: boolean, term: number) => void = () => {},
@@ -97,7 +97,7 @@ export function attachToPeer(
  * no longer reaches back to the store's position, a checkpoint covers the gap first (an
  * uploaded WAL with a hole would be refused, and a restore could not cross it).
  */
-async function uploadAsNewLeader(engine: Engine, link: ArchiverLink, log: Logger): Promise<void> {
+async function uploadAsNewLeader(engine: Engine, link: Archive, log: Logger): Promise<void> {
   const wal = engine.wal;
   // What the WAL holds now is committed (a new leader applied its staged entries first). Not
   // what it holds after the checkpoint below: this term's batches then in flight may still be

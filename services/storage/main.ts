@@ -5,17 +5,17 @@ import { autoCompact, clusterMode, socketPath } from '../../shared/config.js';
 import type { PeerAttach } from './peer-attach.js';
 import { attachToPeer, clusterEngineOptions } from './cluster-member.js';
 import { UnixStreamChannel } from '../../shared/grpc/stream-channel.js';
-import { createLogger, type Logger } from '../../shared/log.js';
+import { createLogger } from '../../shared/log.js';
 import { bindUnix, shutdown } from '../../shared/grpc/plumbing.js';
 import { startStages } from '../../shared/stages.js';
 import { installLifecycle, reportHealth, reportState, serveMetrics, signalReady } from '../../shared/component.js';
 import * as M from '../../shared/metrics.js';
-import type { Engine, EngineOptions } from './engine.js';
-import { openEngine, openWal } from './engine/open.js';
+import type { Engine } from './engine.js';
+import { openEngine } from './engine/open.js';
 import { storageServer } from './server.js';
 import { applyAuthFlag } from './auth/startup.js';
 import { ArchiverLink } from './archiver-link.js';
-import { uploadSegment, uploadWalTail } from './wal-upload.js';
+import { archivedEngineOptions } from './wal-upload.js';
 import { openStorageDb, startHousekeeping } from './host.js';
 import { startTracing } from '../../shared/tracing.js';
 
@@ -32,7 +32,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   const db = openStorageDb(cfg.dataDir);
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const cluster = clusterMode(cfg);
-  const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened, reportState) : link ? await archivedEngineOptions(cfg, link, log) : {};
+  const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened, reportState) : link ? await archivedEngineOptions(link, cfg, log, reportState) : {};
   if (!link) reportState('replaying the WAL');
   const engine = openEngine(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
   opened = engine;
@@ -64,26 +64,4 @@ export async function runStorage(cfg: Config): Promise<void> {
   log.info({ socket, revision: engine.executor.revision }, 'storage ready');
   reportState('');
   signalReady({ revision: engine.executor.revision });
-}
-
-/**
- * With an object store: first the archiver's position, then the local WAL it lacks. In sync
- * mode that tail is uploaded before the replay makes it visible, and every batch is uploaded
- * before it is applied; in async mode segments are uploaded as they are sealed.
- */
-async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logger): Promise<EngineOptions> {
-  reportState('waiting for the archiver');
-  await link.ready();
-  const archivedThrough = () => link.archivedThrough;
-  if (cfg.walSyncUpload) {
-    const wal = openWal(cfg.dataDir, log);
-    reportState('uploading the local WAL the object store lacks');
-    await uploadWalTail(wal, link, log);
-    reportState('replaying the WAL');
-    return { wal, archivedThrough, upload: (first, last, frames) => link.upload(first, last, () => frames) };
-  }
-  const wal = openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
-  for (const seg of wal.sealedSegments()) uploadSegment(seg, link, log);
-  wal.seal(); // what a previous run left in the active segment is sealed (onSeal uploads it)
-  return { wal, archivedThrough };
 }
