@@ -1,6 +1,5 @@
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,17 +15,6 @@ import { storageEnd, type AgentMessage } from '../../testkit/peer-attach.js';
 
 const log = createLogger('test', 'silent');
 const TTL_MS = 1500;
-
-/** A lock held by node n1 in `term`, in a local object store removed after the test. */
-async function heldLock(t: TestContext, term: number) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-leader-'));
-  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const lock = new LeaderLock(new LocalObjectStore({ root: dir, bucket: 'b', prefix: '' }));
-  const self: Member = { nodeId: 'n1', memberId: '1', peerUrl: 'http://127.0.0.1:1', clientUrl: 'http://127.0.0.1:2' };
-  const held = await lock.create({ ...self, term, lastSeenNano: nowNano(), epoch: newEpoch() });
-  assert.ok(held);
-  return { lock, self, held };
-}
 
 test('a batch uploaded first, whose lock can then no longer be proven, fails and ends the term: its indices are not reused in it', async (t) => {
   // The object store (a local directory) behind a failpoint: `refuse` fails every lock touch.
@@ -87,7 +75,12 @@ test('a batch uploaded first, whose lock can then no longer be proven, fails and
 });
 
 test('a leader that has just taken over answers a ReadIndex only once storage told it what is committed', async (t) => {
-  const { lock, self, held } = await heldLock(t, 3);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvs-leader-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const lock = new LeaderLock(new LocalObjectStore({ root: dir, bucket: 'b', prefix: '' }));
+  const self: Member = { nodeId: 'n1', memberId: '1', peerUrl: 'http://127.0.0.1:1', clientUrl: 'http://127.0.0.1:2' };
+  const held = await lock.create({ ...self, term: 3, lastSeenNano: nowNano(), epoch: newEpoch() });
+  assert.ok(held);
 
   // Storage applies what it staged under the previous leader (through 7) before it answers the
   // role change; the test holds that answer.
@@ -115,58 +108,4 @@ test('a leader that has just taken over answers a ReadIndex only once storage to
   await board.whenLeader(10_000);
   assert.equal(board.hasLeader, true);
   assert.deepEqual(leadership.readIndex(true), { index: 7, revision: 8, term: 3 });
-});
-
-test('a commit notice a follower waits for goes to that follower alone; the others get it at the notice\'s time', async (t) => {
-  const { lock, self, held } = await heldLock(t, 1);
-  const side = new StorageSide(log);
-  const storage = await storageEnd(t, side);
-  let replicated: (() => void) | undefined;
-  storage.on('data', (m: AgentMessage) => {
-    if (m.role) storage.write({ progress: { durableThrough: 0, appliedThrough: 0, revision: 1 } });
-    if (m.replicated) replicated?.();
-  });
-  storage.write({ hello: { appliedIndex: 0, lastIndex: 0, revision: 1 } });
-  await side.whenAttached();
-  const board = new StateBoard();
-  const leadership = new Leadership({ self, lock, held, storage: side, board, log, bufferSize: 100, ttlMs: TTL_MS, watchIntervalMs: 1000, termStart: 1 });
-  void leadership.run();
-  t.after(() => leadership.end('stopped'));
-  await board.whenLeader(10_000);
-
-  // Two followers' Follow streams: what the leader writes to each, and their ACKs.
-  const follower = (nodeId: string) => {
-    const call = Object.assign(new EventEmitter(), { written: [] as { commitThrough?: number; first?: number }[], write(m: any) { call.written.push(m); return true; }, end() {} });
-    leadership.serve(call as any);
-    call.emit('data', { hello: { member: { nodeId, memberId: nodeId, peerUrl: '', clientUrl: '' }, fromIndex: 1 } });
-    return call;
-  };
-  const [f2, f3] = [follower('n2'), follower('n3')];
-  const notices = (c: typeof f2) => c.written.filter((m) => m.first === undefined && m.commitThrough === 1).length;
-
-  // Batch 1: the leader's fsync and both ACKs commit it; the notice waits for the next batch.
-  const committed = new Promise<void>((resolve) => (replicated = resolve));
-  storage.write({ replicate: { first: 1, last: 1, frames: Buffer.alloc(0), revision: 2 } });
-  storage.write({ durable: { through: 1 } });
-  for (const f of [f2, f3]) f.emit('data', { ack: { durableThrough: 1 } });
-  await committed;
-  assert.equal(leadership.committedThrough, 1);
-  assert.equal(notices(f2) + notices(f3), 0);
-
-  // n2's forwarded write (or linearizable read) waits for it: n2 alone is told now.
-  leadership.sendCommitNotice('n2');
-  assert.equal(notices(f2), 1);
-  assert.equal(notices(f3), 0);
-  // n3 gets it when the notice's time is up; n2 is not told twice.
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  assert.equal(notices(f3), 1);
-  assert.equal(notices(f2), 1);
-  // A caller that does not name itself (an older follower): everyone behind is told at once.
-  const committed2 = new Promise<void>((resolve) => (replicated = resolve));
-  storage.write({ replicate: { first: 2, last: 2, frames: Buffer.alloc(0), revision: 3 } });
-  storage.write({ durable: { through: 2 } });
-  for (const f of [f2, f3]) f.emit('data', { ack: { durableThrough: 2 } });
-  await committed2;
-  leadership.readIndex(true, 'unknown-node');
-  for (const f of [f2, f3]) assert.equal(f.written.at(-1)?.commitThrough, 2);
 });

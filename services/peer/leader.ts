@@ -56,8 +56,7 @@ const FORGET_MS = 30_000;
 /**
  * How long a commit notice may wait for the next batch, which carries `commitThrough` anyway:
  * under a steady write load followers then get one message per batch instead of two. It is sent
- * at once, to that follower only, when something on a follower waits for it (a forwarded write,
- * a linearizable read); the others still get it with the next batch or at COMMIT_NOTICE_MS.
+ * at once when something on a follower waits for it (a forwarded write, a linearizable read).
  */
 const COMMIT_NOTICE_MS = 5;
 
@@ -77,8 +76,6 @@ interface FollowerConn {
    * catching up on a long backlog would stall every write) and counts as disconnected.
    */
   caughtUp: boolean;
-  /** The last `commitThrough` written to it: a commit notice skips a follower that has it. */
-  toldCommit: number;
 }
 
 interface Batch extends Chunk {
@@ -260,7 +257,7 @@ export class Leadership {
     this.pending.push({ first: r.first, last: r.last, frames: r.frames, revision: r.revision, since: performance.now(), durable: false, uploaded: false, askedUpload: false });
     const msg = { term: this.term, first: r.first, last: r.last, frames: r.frames, commitThrough: this.committedThrough };
     this.noticeSent();
-    for (const f of this.followers.values()) this.tell(f, msg);
+    for (const f of this.followers.values()) f.call.write(msg);
     stages?.stamp(Stage.PEER_LEADER_SENT, r.last);
     this.evaluate();
   }
@@ -377,27 +374,13 @@ export class Leadership {
     if (!this.notice) this.notice = setTimeout(this.sendCommitNotice, COMMIT_NOTICE_MS);
   }
 
-  /**
-   * Tells the followers what is committed now, unless a message did since the last commit.
-   * `nodeId`: only that follower waits for it (its forwarded write, its linearizable read); the
-   * others get it with the next batch or when the notice's time is up, as without a waiter. A
-   * node this leader does not stream to (an older follower that does not name itself) gets
-   * everyone told.
-   */
-  readonly sendCommitNotice = (nodeId?: string): void => {
+  /** Tells the followers what is committed now, unless a message did since the last commit. */
+  readonly sendCommitNotice = (): void => {
     if (!this.notice || this.done) return;
-    const only = nodeId === undefined ? undefined : this.followers.get(nodeId);
-    const msg = { term: this.term, commitThrough: this.committedThrough };
-    for (const f of only ? [only] : this.followers.values()) if (f.toldCommit < this.committedThrough) this.tell(f, msg);
-    for (const f of this.followers.values()) if (f.toldCommit < this.committedThrough) return;
     this.noticeSent();
+    const msg = { term: this.term, commitThrough: this.committedThrough };
+    for (const f of this.followers.values()) f.call.write(msg);
   };
-
-  /** Writes `msg` to follower `f`, remembering the commit position it carries. */
-  private tell(f: FollowerConn, msg: { term: number; commitThrough: number }): void {
-    f.call.write(msg);
-    f.toldCommit = Math.max(f.toldCommit, msg.commitThrough);
-  }
 
   /** A message carrying the current `commitThrough` is being sent: no separate notice is due. */
   private noticeSent(): void {
@@ -466,7 +449,7 @@ export class Leadership {
     }
     const old = this.followers.get(member.nodeId);
     if (old) old.call.end();
-    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now(), caughtUp: from - 1 >= this.committedThrough, toldCommit: this.committedThrough };
+    const conn: FollowerConn = { member, call, durableThrough: from - 1, lastAckAt: performance.now(), caughtUp: from - 1 >= this.committedThrough };
     this.followers.set(member.nodeId, conn);
     this.disconnected.delete(member.nodeId);
     log.info({ follower: member.nodeId, from }, 'follower connected');
@@ -527,7 +510,7 @@ export class Leadership {
     this.noticeSent(); // the heartbeats carry it
     for (const f of [...this.followers.values()]) {
       if (now - f.lastAckAt > ACK_TIMEOUT_MS) this.drop(f, `no ACK for ${ACK_TIMEOUT_MS} ms`);
-      else this.tell(f, { term: this.term, commitThrough: this.committedThrough });
+      else f.call.write({ term: this.term, commitThrough: this.committedThrough });
     }
     for (const [id, since] of this.disconnected) {
       if (now - since > FORGET_MS) {
@@ -566,12 +549,12 @@ export class Leadership {
   /**
    * Peer.GetRevision / a linearizable read on this node: only while the lock is surely ours.
    * `forFollower`: the reader's node applies through `index` before it answers, so the commit
-   * notice leaves now (to `nodeId` alone when the caller named itself: sendCommitNotice).
+   * notice leaves now.
    */
-  readIndex(forFollower = false, nodeId?: string): { index: number; revision: number; term: number } {
+  readIndex(forFollower = false): { index: number; revision: number; term: number } {
     this.catchUpTimers();
     if (this.done || !this.serving || !this.fresh()) throw Errors.noLeader;
-    if (forFollower) this.sendCommitNotice(nodeId);
+    if (forFollower) this.sendCommitNotice();
     return { index: this.committedThrough, revision: this.committedRevision, term: this.term };
   }
 }

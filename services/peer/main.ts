@@ -18,7 +18,7 @@ import { Errors, type EtcdError } from '../../shared/errors.js';
 import { memberIdOf } from '../../shared/membership.js';
 import type { Member } from './state.js';
 import { PeerNode } from './peer-node.js';
-import { callerNode, listenPeer, peerCredentials } from './transport.js';
+import { listenPeer, peerCredentials } from './transport.js';
 
 /**
  * This machine's boot id: the same for every process (and container) running on its kernel,
@@ -66,12 +66,12 @@ export async function runPeer(cfg: Config): Promise<void> {
       }
       node.leadership!.serve(call);
     },
-    Forward: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Write', callerNode(call))) : call.emit('error', Errors.leaderChanged)),
-    ForwardLease: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Lease', callerNode(call))) : call.emit('error', Errors.leaderChanged)),
+    Forward: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Write')) : call.emit('error', Errors.leaderChanged)),
+    ForwardLease: (call: ServerCall<any, unknown>) => (node.leads(call) ? serveBatchStream(call, node.leaderHandler('Lease')) : call.emit('error', Errors.leaderChanged)),
     GetRevision: (call: ServerCall<unknown, unknown>, cb: UnaryCallback<unknown>) => {
       try {
         if (!node.leads(call)) throw Errors.noLeader;
-        cb(null, node.leadership!.readIndex(true, callerNode(call)));
+        cb(null, node.leadership!.readIndex(true));
       } catch (err) {
         cb({ code: (err as EtcdError).code ?? status.UNAVAILABLE, details: (err as Error).message });
       }

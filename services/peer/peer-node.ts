@@ -268,7 +268,7 @@ export class PeerNode {
     const key = `${leader.peerUrl} ${epoch}`;
     if (this.remote?.leader !== key) {
       const previous = this.remote;
-      const channel = new PeerChannel(leader.peerUrl, this.creds, epoch, this.self.nodeId);
+      const channel = new PeerChannel(leader.peerUrl, this.creds, epoch);
       const opts = { unavailable: Errors.noLeader, peerName: `the leader (${leader.nodeId})` };
       this.remote = { leader: key, channel, Write: new BatchLink(channel.batchCalls('Forward'), this.log, opts), Lease: new BatchLink(channel.batchCalls('ForwardLease'), this.log, opts) };
       if (previous) {
@@ -307,14 +307,14 @@ export class PeerNode {
     };
   }
 
-  /** Peer.Forward on the leader: into this node's storage. `from`: the follower that forwards. */
-  leaderHandler(kind: 'Write' | 'Lease', from?: string): BatchHandler {
+  /** Peer.Forward on the leader: into this node's storage. */
+  leaderHandler(kind: 'Write' | 'Lease'): BatchHandler {
     return (op, body, done, authRevision, traceParent) => {
       if (!this.leadership) return done(Errors.noLeader);
       const leadership = this.leadership;
       // The follower answers once it has applied the write: its commit notice leaves now.
       pipe(this.localLinks()[kind].call(op, body, authRevision, traceParent), (r) => {
-        leadership.sendCommitNotice(from);
+        leadership.sendCommitNotice();
         done(r);
       });
     };

@@ -111,18 +111,6 @@ export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 
 /** Metadata of every peer call: the epoch of the leadership the caller found in the lock. */
 export const EPOCH_HEADER = 'kvs-leader-epoch';
 
-/**
- * Metadata of a follower's Forward and GetRevision calls: its node id, so that the leader sends
- * the commit notice they wait for to that follower alone (leader.ts: sendCommitNotice).
- */
-export const NODE_HEADER = 'kvs-node-id';
-
-/** The node id a peer call named (NODE_HEADER), if any. */
-export function callerNode(call: { metadata: { get(key: string): unknown[] } }): string | undefined {
-  const id = call.metadata.get(NODE_HEADER)[0];
-  return typeof id === 'string' && id !== '' ? id : undefined;
-}
-
 /** Whether a peer call was meant for the leadership of `epoch` (lock.ts). */
 export function callForEpoch(call: { metadata: { get(key: string): unknown[] } }, epoch: string): boolean {
   return (call.metadata.get(EPOCH_HEADER)[0] ?? '') === epoch;
@@ -138,15 +126,14 @@ export function callForEpoch(call: { metadata: { get(key: string): unknown[] } }
 export class PeerChannel {
   private readonly channel: StreamChannel;
 
-  /** `nodeId`: sent with every call (NODE_HEADER), for the calls that wait on a commit notice. */
-  constructor(addr: string, creds: PeerCredentials, epoch: string, nodeId?: string) {
+  constructor(addr: string, creds: PeerCredentials, epoch: string) {
     const hp = splitHostPort(addr);
     if (!hp) throw new Error(`peer address ${addr}: expected host:port`);
     const [host, port] = [hp[0], Number(hp[1])];
     const source = creds.source;
     const dial = source ? () => dialTls(addr, host, port, source, creds.conditions) : () => net.connect({ host, port });
     this.channel = new StreamChannel(dial, {
-      headers: { ':scheme': source ? 'https' : 'http', ':authority': addr, [EPOCH_HEADER]: epoch, ...(nodeId ? { [NODE_HEADER]: nodeId } : {}) },
+      headers: { ':scheme': source ? 'https' : 'http', ':authority': addr, [EPOCH_HEADER]: epoch },
       keepalive: KEEPALIVE,
     });
   }
