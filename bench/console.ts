@@ -3,7 +3,8 @@
 // the key browser's first page with a million keys loaded, and the history of a key written a
 // thousand times: at consecutive revisions (the console reads it with one watch), and
 // interleaved with nine other writes each (parallel Range probes at past revisions;
-// supervisor/console/history.ts). Prints a markdown table of latencies (p50, p90, max over
+// supervisor/console/history.ts), and a key's earlier incarnation (/api/history/earlier: one
+// watch over every revision since the compact revision). Prints a markdown table of latencies (p50, p90, max over
 // --samples requests).
 import { parseArgs } from 'node:util';
 import { LoadGenerator } from './load.js';
@@ -41,6 +42,9 @@ function flags(): { keys: number; revisions: number; samples: number } {
   };
   return { keys: n(values.keys, 'keys', 1_000_000), revisions: n(values.revisions, 'revisions', 1000), samples: n(values.samples, 'samples', 50) };
 }
+
+/** Requests timed for /api/history/earlier, at most. */
+const EARLIER_SAMPLES = 5;
 
 async function timeGet(url: string, check: (body: any) => void): Promise<number> {
   const t0 = performance.now();
@@ -80,6 +84,12 @@ async function main(): Promise<void> {
       await kv.put(sparse, Buffer.from(JSON.stringify({ i, at: Date.now() })));
       await Promise.all(Array.from({ length: 9 }, (_, j) => kv.put(Buffer.from(`console-bench/filler/${j}`), Buffer.from(String(i)))));
     }
+    // A key with two lives: the earlier one (written as often, then deleted) is read on demand,
+    // by one watch over every revision since the compact revision (here: all of them).
+    const reborn = Buffer.from('console-bench/reborn');
+    for (let i = 0; i < opts.revisions; i++) await kv.put(reborn, Buffer.from(JSON.stringify({ i, at: Date.now() })));
+    await kv.deleteRange(reborn, Buffer.alloc(0));
+    await kv.put(reborn, Buffer.from('second life'));
     // Last, so that the revisions since its creation are its own (the watch route).
     const hot = Buffer.from('console-bench/hot');
     for (let i = 0; i < opts.revisions; i++) await kv.put(hot, Buffer.from(JSON.stringify({ i, at: Date.now() })));
@@ -89,6 +99,8 @@ async function main(): Promise<void> {
     const pages: number[] = [];
     const histories: number[] = [];
     const sparseHistories: number[] = [];
+    const earlier: number[] = [];
+    let scanned = 0;
     for (let i = 0; i < opts.samples; i++) {
       pages.push(
         await timeGet(`${base}/api/keys?prefix=${encodeURIComponent(pfx)}&limit=100`, (b) => {
@@ -106,6 +118,16 @@ async function main(): Promise<void> {
         }),
       );
     }
+    // Each scans the whole history (seconds on a million keys): a few samples, after the rest.
+    for (let i = 0; i < Math.min(opts.samples, EARLIER_SAMPLES); i++) {
+      earlier.push(
+        await timeGet(`${base}/api/history/earlier?key=${encodeURIComponent(reborn.toString('base64'))}&limit=${opts.revisions}`, (b) => {
+          const n = b.incarnations.reduce((sum: number, i: { revisions: unknown[] }) => sum + i.revisions.length, 0);
+          if (b.incarnations.length !== 1 || n !== opts.revisions) throw new Error(`earlier: ${b.incarnations.length} incarnations, ${n} revisions; wrote 1 of ${opts.revisions}`);
+          scanned = b.before - b.compactRevision - 1;
+        }),
+      );
+    }
     const row = (what: string, ms: number[]) => {
       const s = summary(ms);
       return `| ${what} | ${s.p50.toFixed(1)} | ${s.p90.toFixed(1)} | ${s.max.toFixed(1)} |`;
@@ -119,6 +141,7 @@ async function main(): Promise<void> {
         row(`/api/keys first page (100 of ${opts.keys})`, pages),
         row(`/api/history (${opts.revisions} revisions, consecutive)`, histories),
         row(`/api/history (${opts.revisions} revisions, 1 in 10)`, sparseHistories),
+        row(`/api/history/earlier (${opts.revisions} revisions of an earlier life, ${scanned} revisions scanned; ${earlier.length} requests)`, earlier),
         '',
       ].join('\n'),
     );

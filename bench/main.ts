@@ -41,8 +41,9 @@ workload), runs each workload against both in alternating rounds, prints a table
   --preload <n>         keys in the preloaded data set (default 100000)
   --quick               smoke run: 1 s per workload, 0.25 s warm-up, 1 round, 5000 preloaded keys,
                         1 failover round
-  --failover-rounds <n> kills of the leader per system in cluster-failover, alternating the
-                        systems; the table shows the median (default 5, --quick 1)
+  --failover-rounds <n> kills of the leader per system in cluster-failover, and trials per
+                        system of the embed-* workloads, alternating the systems; the table
+                        shows the median (default 5, --quick 1)
   --endpoints h:p,...   measure these etcd v3 endpoints instead (no servers started, no ratios;
                         writes under ${ROOT_PREFIX} and deletes that prefix afterwards; not the
                         -auth workloads, which enable auth on the server, nor the cluster ones)

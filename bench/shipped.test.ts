@@ -14,7 +14,7 @@ const NOT_AT_RUN_TIME = ['node:test', 'node:assert', 'node:assert/strict'];
 test('the benchmark loads no test runner, assertion library, devDependency or test-only helper', () => {
   const pkg = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string>; bin: Record<string, string> };
   assert.equal(pkg.bin['kvs-bench'], 'bin/kvs-bench.js');
-  const files = sourceFiles(['bin', 'bench', 'testkit', 'shared', 'services', 'supervisor']);
+  const files = sourceFiles(['bin', 'bench', 'testkit', 'shared', 'services', 'supervisor', 'embed']);
   const entries = ['bin/kvs-bench.js', ...files.filter((f) => f.rel.startsWith('bench/') && !f.rel.endsWith('.test.ts')).map((f) => f.rel)];
   const loaded = importClosure(files, entries);
   assert.ok(loaded.some((f) => f.rel === 'bench/main.ts') && loaded.some((f) => f.rel === 'testkit/s3-server.ts'), 'the closure follows bin/ into bench/ and testkit/');

@@ -20,6 +20,13 @@ export function merge(parts: readonly Float64Array[]): Float64Array {
   return all.sort();
 }
 
+/** The median of `xs` (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
 /** Nearest-rank percentile (0 < q ≤ 1) of a sorted array; NaN when empty. */
 export function percentile(sorted: Float64Array, q: number): number {
   if (sorted.length === 0) return NaN;

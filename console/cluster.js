@@ -44,6 +44,7 @@ function view(c) {
       card('mode', c.mode),
       card('this node', `${c.nodeId}: ${c.role}`),
       card('replication', ...replication(c)),
+      c.mode === 'cluster' && c.peer?.role === 'follower' ? card('leader', ...leaderHealth(c.peer)) : '',
       card('elections here', c.elections),
       card('resyncs here', c.resyncs),
     ),
@@ -63,9 +64,14 @@ function replication(c) {
   if (c.mode === 'single') return ['n/a'];
   const p = c.peer;
   if (!p || p.error) return [p?.error ?? 'unknown', 'bad'];
-  if (p.role === 'leader') return p.degraded || c.degraded ? ['degraded: a member is disconnected', 'bad'] : ['healthy', 'ok'];
+  if (p.role === 'leader') return p.degraded || c.degraded ? [`degraded: ${p.leaderDegraded || 'a member is disconnected'}`, 'bad'] : ['healthy', 'ok'];
   if (p.role === 'follower') return p.inSync ? [`in sync with ${p.leader}`, 'ok'] : [`catching up with ${p.leader}${p.reason ? ` (${p.reason})` : ''}`, 'bad'];
   return [p.reason || 'no leader', 'bad'];
+}
+
+/** A follower's leader as the leader tells its followers: its replication healthy or degraded, and why. */
+function leaderHealth(p) {
+  return p.leaderDegraded ? [`${p.leader}: degraded: ${p.leaderDegraded}`, 'bad'] : [`${p.leader}: healthy`, 'ok'];
 }
 
 function card(label, value, cls) {

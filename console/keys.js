@@ -1,6 +1,6 @@
 // Keys: the key space by prefix, a page at a time; a key's value as text, JSON or hex, its
-// lease, and its history (each revision kvs still holds, with the diff from the one before);
-// a live tail of the changes under the prefix. Every read is the node's etcd API with the
+// lease, and its history (each revision kvs still holds, with the diff from the one before;
+// the incarnations before its last creation on demand); a live tail of the changes under the prefix. Every read is the node's etcd API with the
 // user's token: a key the user may not read is refused by the node and never reaches here.
 import { el, errorBox, bytesOf, b64Of, utf8, asText, keyLabel, hexdump, prettyJson, fmtBytes, table } from './util.js';
 import { lineDiff } from './diff.js';
@@ -46,7 +46,7 @@ export async function render(root, { session, get, stream }) {
     detail.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
     try {
       const [k, h] = await Promise.all([get('key', { key }), get('history', { key })]);
-      detail.replaceChildren(keyView(key, k, h));
+      detail.replaceChildren(keyView(key, k, h, get));
     } catch (err) {
       detail.replaceChildren(errorBox(err));
     }
@@ -121,9 +121,9 @@ function valueView(b64, modeSel) {
   return el('pre', { 'data-testid': 'value', 'data-mode': mode }, shown);
 }
 
-function keyView(key, k, h) {
+function keyView(key, k, h, get) {
   const name = keyLabel(key);
-  if (!k.found) return el('div', {}, el('h3', {}, name), el('p', {}, `No live key at revision ${k.revision} (deleted, or never written).`));
+  if (!k.found) return el('div', {}, el('h3', {}, name), el('p', {}, `No live key at revision ${k.revision} (deleted, or never written).`), earlierView(key, h, get));
   const kv = k.kv;
   const holder = el('div', {}, valueView(kv.value));
   const modes = ['text', 'json', 'hex'].map((m) => el('button', { type: 'button', 'data-mode': m, onclick: () => holder.replaceChildren(valueView(kv.value, m)) }, m));
@@ -136,7 +136,7 @@ function keyView(key, k, h) {
   const meta = table(['revision', 'created', 'version', 'size', 'lease'], [
     el('tr', {}, el('td', { class: 'num' }, kv.modRevision), el('td', { class: 'num' }, kv.createRevision), el('td', { class: 'num' }, kv.version), el('td', { class: 'num' }, fmtBytes(kv.size)), el('td', { 'data-testid': 'lease' }, lease)),
   ]);
-  return el('div', {}, el('h3', { 'data-testid': 'key-name' }, name), meta, el('div', {}, 'Show as ', modes), holder, historyView(h));
+  return el('div', {}, el('h3', { 'data-testid': 'key-name' }, name), meta, el('div', {}, 'Show as ', modes), holder, historyView(h), earlierView(key, h, get));
 }
 
 function historyView(h) {
@@ -147,7 +147,46 @@ function historyView(h) {
     limit: `the newest ${revs.length} only`,
     absent: 'no live key',
   }[h.end];
-  const items = revs.map((r, i) => {
+  return el('div', {}, el('h3', {}, `History: ${revs.length} revision${revs.length === 1 ? '' : 's'}`), el('p', { class: 'muted', 'data-testid': 'history-end' }, `${why}; compact revision ${h.compactRevision}.`), revisionItems(revs));
+}
+
+/**
+ * The key's lives before its last creation (or, deleted now, all of them), loaded on demand:
+ * the node reads every revision since the compact revision for them.
+ */
+function earlierView(key, h, get) {
+  if (!h.earlier) return '';
+  const before = h.revisions[0]?.createRevision;
+  const holder = el('div', { 'data-testid': 'earlier' });
+  const button = el('button', { type: 'button', 'data-testid': 'earlier-button' }, before ? `Earlier incarnations (before revision ${before})` : 'Its history before it was deleted');
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    holder.replaceChildren(el('p', { class: 'muted' }, `Reading revisions ${h.compactRevision + 1} to ${before ? before - 1 : h.revision}…`));
+    try {
+      const e = await get('history/earlier', { key });
+      const why = { complete: 'every incarnation since it was first written', compacted: `history below the compact revision ${e.compactRevision} is gone`, limit: 'the newest versions only' }[e.end];
+      holder.replaceChildren(
+        el('p', { class: 'muted', 'data-testid': 'earlier-end' }, `${e.incarnations.length} earlier incarnation${e.incarnations.length === 1 ? '' : 's'}: ${why}.`),
+        ...e.incarnations.map((i) =>
+          el(
+            'div',
+            { class: 'incarnation', 'data-testid': 'incarnation', 'data-created': i.createRevision, 'data-deleted': i.deleteRevision },
+            el('h4', {}, `${i.createRevision ? `Created at revision ${i.createRevision}` : 'Created below the compact revision'}, deleted at revision ${i.deleteRevision}`),
+            revisionItems(i.revisions),
+          ),
+        ),
+      );
+    } catch (err) {
+      holder.replaceChildren(errorBox(err));
+      button.disabled = false;
+    }
+  });
+  return el('div', {}, button, holder);
+}
+
+/** Revisions newest first, each with its diff from the one before. */
+function revisionItems(revs) {
+  return revs.map((r, i) => {
     const older = revs[i + 1];
     const cur = r.valueOmitted ? undefined : asText(bytesOf(r.value));
     let change;
@@ -164,5 +203,4 @@ function historyView(h) {
     }
     return el('div', { class: 'rev', 'data-testid': 'revision', 'data-revision': r.modRevision }, el('div', {}, el('b', {}, `revision ${r.modRevision}`), el('span', { class: 'muted' }, ` version ${r.version}${r.lease !== '0' ? `, lease ${r.lease}` : ''}`)), change);
   });
-  return el('div', {}, el('h3', {}, `History: ${revs.length} revision${revs.length === 1 ? '' : 's'}`), el('p', { class: 'muted', 'data-testid': 'history-end' }, `${why}; compact revision ${h.compactRevision}.`), items);
 }

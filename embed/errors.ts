@@ -112,7 +112,7 @@ export function fromEtcd(code: number, message: string): KvsError {
       return new ErrNotLeader(message);
   }
   if (code === status.INVALID_ARGUMENT) return new ErrInvalidArgument(message);
-  if (code === status.UNAVAILABLE) return new ErrUnavailable(message);
+  if (code === status.UNAVAILABLE || code === status.RESOURCE_EXHAUSTED) return new ErrUnavailable(message);
   return new KvsError(message, code, message);
 }
 

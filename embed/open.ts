@@ -4,7 +4,8 @@
 // auth startup), claims the data directory as `kvs run` does (one node per directory), and
 // hands the engine to a Node (node.ts) whose routes (host.ts) reach it without a socket.
 //
-// Where the rest attaches (an Attachment each, in ATTACHMENTS' order):
+// Where the rest attaches (an Attachment each, attachment.ts; attachments() below lists them in
+// order):
 // - the object store (embed/object-store.ts): `prepare` restores the data directory at open and
 //   returns the engine options of an archived node (the WAL opened to upload its tail first,
 //   `upload` for walSyncUpload, `archivedThrough` for the WAL's trim); `start` runs uploads and
@@ -12,7 +13,7 @@
 // - the cluster role (embed/cluster.ts): `prepare` adds EngineOptions.cluster; `start` runs the
 //   peer agent in-process, drives engine.becomeLeader/becomeFollower, and replaces
 //   host.routes (a follower forwards writes to the leader and linearizes reads through it).
-// node.serve() (embed/serve.ts) hosts the gateway in-process on the same engine.
+// node.serve() attaches in embed/serve.ts: the gateway hosted in-process on the same engine.
 import fs from 'node:fs';
 import { trace } from '@opentelemetry/api';
 import { createLogger } from '../shared/log.js';
@@ -45,7 +46,12 @@ const openHere = new Set<string>();
 export async function open(options: OpenOptions): Promise<Node> {
   const opts = checkOptions(options);
   const log = createLogger('embed', opts.logLevel, 'json');
-  fs.mkdirSync(opts.dataDir, { recursive: true });
+  if (fs.existsSync(opts.dataDir) && !fs.statSync(opts.dataDir).isDirectory()) throw new KvsError(`data directory ${opts.dataDir} is not a directory`);
+  try {
+    fs.mkdirSync(opts.dataDir, { recursive: true });
+  } catch (err) {
+    throw new KvsError(`data directory ${opts.dataDir} cannot be created: ${(err as Error).message}`);
+  }
   const real = fs.realpathSync(opts.dataDir);
   if (openHere.has(real)) throw new KvsError(`data directory ${opts.dataDir} is open already in this process: close() that node first, or use it`);
   openHere.add(real);

@@ -25,6 +25,9 @@ interface Revision {
 export class Watches {
   private readonly watchers = new Set<Watcher>();
   private unsubscribe: (() => void) | undefined;
+  /** Watchers waiting in next(), and the timer that keeps the process alive while there are any. */
+  private waiting = 0;
+  private keepAlive: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly db: MvccDb,
@@ -32,7 +35,7 @@ export class Watches {
   ) {}
 
   open(key: Buffer, prefix: boolean, startRevision: number | undefined): Watcher {
-    const w = new Watcher(this.db, key, prefix, startRevision, () => this.remove(w));
+    const w = new Watcher(this.db, key, prefix, startRevision, () => this.remove(w), (on) => this.wait(on));
     this.watchers.add(w);
     this.unsubscribe ??= this.feed.subscribe((batch) => this.onFeed(batch));
     return w;
@@ -41,6 +44,19 @@ export class Watches {
   /** Ends every watcher (close()). */
   endAll(): void {
     for (const w of [...this.watchers]) w.end();
+  }
+
+  /**
+   * A program whose only work is a `for await` over a watch must not exit while it waits, as it
+   * would not while reading a socket: the engine's own timers do not hold the event loop.
+   */
+  private wait(on: boolean): void {
+    this.waiting += on ? 1 : -1;
+    if (this.waiting > 0) this.keepAlive ??= setInterval(() => {}, 2 ** 30);
+    else if (this.keepAlive) {
+      clearInterval(this.keepAlive);
+      this.keepAlive = undefined;
+    }
   }
 
   private remove(w: Watcher): void {
@@ -79,6 +95,7 @@ export class Watcher implements AsyncIterableIterator<WatchEvent> {
     private readonly prefix: boolean,
     startRevision: number | undefined,
     private readonly onEnd: () => void,
+    private readonly onWait: (waiting: boolean) => void,
   ) {
     db.env.resetReadTxn();
     if (startRevision && startRevision > 0) {
@@ -108,8 +125,13 @@ export class Watcher implements AsyncIterableIterator<WatchEvent> {
         this.catchUp();
         continue;
       }
-      await new Promise<void>((resolve) => (this.wake = resolve));
-      this.wake = undefined;
+      this.onWait(true);
+      try {
+        await new Promise<void>((resolve) => (this.wake = resolve));
+      } finally {
+        this.wake = undefined;
+        this.onWait(false);
+      }
     }
   }
 

@@ -1,7 +1,8 @@
 // The operator console in a real browser: Debian's Chromium driven headless by puppeteer-core
 // (no browser download) against real kvs nodes. Each view loads and shows what the test wrote;
-// the history view shows a key's revisions and diffs; login is required with auth on and a key
-// the user may not read is not shown; the cluster view follows a killed leader.
+// the history view shows a key's revisions and diffs, and its earlier incarnations on demand;
+// login is required with auth on and a key the user may not read is not shown; a follower's
+// cluster view shows its leader degraded while a member is down, and follows a killed leader.
 // Without /usr/bin/chromium the tests skip, saying so, except in CI (CI=true), where they fail.
 // KVS_CONSOLE_SCREENSHOTS=DIR saves a screenshot of each view there (docs/console/*.png).
 import { test, after } from 'node:test';
@@ -69,6 +70,10 @@ test('every view loads against a single node and shows what was written; history
   await client.put('app/blob').value(Buffer.from([0, 1, 2, 0xff]));
   const lease = await client.lease(600, { autoKeepAlive: false }).grant();
   await client.put('app/leased').value('short-lived').lease(lease);
+  // Two lives: the first one's versions are shown on demand.
+  await client.put('app/reborn').value('first life');
+  const died = await client.delete().key('app/reborn').exec();
+  await client.put('app/reborn').value('second life');
   const revision = Number((await client.get('app/config').exec()).header.revision);
 
   const p = await page(t);
@@ -103,6 +108,16 @@ test('every view loads against a single node and shows what was written; history
   assert.deepEqual(newest.add, ['+   "image": "web:2"']);
   await waitText(p, '[data-testid=history-end]', 'back to its creation');
   await shot(p, 'keys-history');
+
+  // A key created again: its history is the live life; the earlier one comes on demand.
+  await p.click('[data-key="app/reborn"]');
+  await waitText(p, '[data-testid=history-end]', 'back to its creation');
+  assert.equal(await p.$('[data-testid=incarnation]'), null, 'no earlier life read before it is asked for');
+  await p.click('[data-testid=earlier-button]');
+  await waitText(p, '[data-testid=earlier]', '1 earlier incarnation: every incarnation since it was first written');
+  await waitText(p, '[data-testid=incarnation]', `deleted at revision ${died.header.revision}`);
+  await waitText(p, '[data-testid=incarnation] [data-testid=revision]', '+ first life');
+  await shot(p, 'keys-earlier');
 
   // A binary value shows as hex; a leased key shows its lease.
   await p.click('[data-key="app/blob"]');
@@ -186,7 +201,7 @@ test('with auth on the console asks for a login; a user sees only what their rol
   assert.doesNotMatch(await p.$eval('[data-testid=keylist]', (e) => e.textContent ?? ''), /auth\//);
 });
 
-test('the cluster view of a follower shows every member and follows a killed leader', { skip, timeout: 240_000 }, async (t) => {
+test('the cluster view of a follower shows every member, the leader degraded while a follower is down, and follows a killed leader', { skip, timeout: 240_000 }, async (t) => {
   const ports = new Map<string, number>();
   const cluster = await startCluster(t, 3, {
     nodeArgs: async (id) => {
@@ -204,7 +219,16 @@ test('the cluster view of a follower shows every member and follows a killed lea
   await p.waitForFunction(() => document.querySelectorAll('[data-testid=member][data-role=follower]').length === 2, { timeout: 30_000 });
   await waitText(p, '[data-testid=lock]', leader.id);
   await waitText(p, '[data-card=replication]', `in sync with ${leader.id}`);
+  await waitText(p, '[data-card=leader]', `${leader.id}: healthy`);
   await shot(p, 'cluster');
+
+  // The other follower stops: this follower's console shows the leader degraded, and why.
+  const other = cluster.nodes.find((n) => n !== leader && n !== watcher)!;
+  await other.kvs.stop();
+  await waitText(p, '[data-card=leader]', `${leader.id}: degraded: ${other.id} disconnected`, 60_000);
+  await shot(p, 'cluster-leader-degraded');
+  await other.kvs.restart();
+  await waitText(p, '[data-card=leader]', `${leader.id}: healthy`, 60_000);
 
   await leader.kvs.kill9();
   await p.waitForFunction((id: string) => document.querySelector(`[data-testid=member][data-name="${id}"]`)?.getAttribute('data-role') === 'down', { timeout: 60_000 }, leader.id);

@@ -42,6 +42,18 @@ test('spans kvs.put ... kvs.count on the caller\'s tracerProvider; kvs.wal.appen
   assert.ok(!parents.has(refused.spanContext().spanId), 'a refused create wrote nothing');
 });
 
+test('readConsistency serializable: plain reads have no span, linearizable ones do', async (t) => {
+  const exporter = new tracing.InMemorySpanExporter();
+  const provider = new tracing.BasicTracerProvider({ spanProcessors: [new tracing.SimpleSpanProcessor(exporter)] });
+  const node = await open({ dataDir: await tempDir(t, 'kvs-embed-spans'), tracerProvider: provider, readConsistency: 'serializable' });
+  t.after(() => node.close());
+  await node.get('a');
+  await node.list('');
+  await node.linearizableGet('a');
+  await provider.forceFlush();
+  assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name), ['kvs.get']);
+});
+
 test('node.metrics(): the kvs_* metrics, mergeable, following the node\'s writes', async (t) => {
   const node = await open({ dataDir: await tempDir(t, 'kvs-embed-metrics') });
   t.after(() => node.close());

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { REPO_ROOT, etcdctl, startKvs, tempDir } from '../testkit/harness.js';
+import { KVS_BIN, REPO_ROOT, etcdctl, runCommand, startKvs, tempDir } from '../testkit/harness.js';
 import { open } from '../embed/index.js';
 
 test('kill -9 of a program that embeds a node under load: every acknowledged put survives', async (t) => {
@@ -57,6 +57,10 @@ test('a data directory moves between an embedded node and `kvs run`, both ways',
   const lease = await embedded.grantLease(3600);
   await embedded.put('e/leased', 'x', { lease });
   const written = embedded.currentRevision();
+  // Never both at once: they take the same lock on the directory.
+  const refused = await runCommand(process.execPath, [KVS_BIN, 'run', '--data-dir', dir, '--listen', '127.0.0.1:1']);
+  assert.equal(refused.exitCode, 2, refused.stderr);
+  assert.match(refused.stderr, new RegExp(`another kvs \\(pid ${process.pid}\\) is running on data directory`));
   await embedded.close();
 
   const kvs = await startKvs(t, { dataDir: dir });
@@ -70,6 +74,7 @@ test('a data directory moves between an embedded node and `kvs run`, both ways',
   assert.match(leases.stdout, new RegExp(lease.id.toString(16)));
   assert.equal((await etcdctl(kvs.endpoint, ['put', 'r/1', 'from kvs run'])).exitCode, 0);
   assert.equal((await etcdctl(kvs.endpoint, ['del', 'e/0'])).exitCode, 0);
+  await assert.rejects(open({ dataDir: dir }), /another kvs \(pid \d+\) is running on data directory/);
   await kvs.stop();
 
   const again = await open({ dataDir: dir });

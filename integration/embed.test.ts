@@ -3,8 +3,10 @@
 // past, ending on close, ErrCompacted), compaction, leases, reopening the same directory, and
 // the refusals of bad options and of a second node on a held directory.
 import { test } from 'node:test';
+import fs from 'node:fs';
+import path from 'node:path';
 import assert from 'node:assert/strict';
-import { tempDir } from '../testkit/harness.js';
+import { pollUntil, tempDir } from '../testkit/harness.js';
 import {
   open, ErrKeyExists, ErrRevisionMismatch, ErrCompacted, ErrFutureRev, ErrLeaseNotFound, ErrClosed, ErrInvalidArgument, KvsError, type Node, type WatchEvent,
 } from '../embed/index.js';
@@ -155,10 +157,12 @@ test('watch: live changes of a key or a prefix, from the past, ends on close, Er
   await assert.rejects(old.next(), ErrCompacted);
   await assert.rejects(node.compact(first.revision), ErrCompacted);
 
-  // close() ends the watches that are waiting.
+  // close() ends the watches that are waiting, and finishes the writes already queued.
   const waiting = node.watch('quiet').next();
+  const queued = node.put('queued', 'before close');
   await node.close();
   assert.equal((await waiting).done, true);
+  assert.ok((await queued).revision > 0);
   await node.close(); // idempotent
   await assert.rejects(node.put('k', 'v'), ErrClosed);
   assert.throws(() => node.currentRevision(), ErrClosed);
@@ -193,6 +197,10 @@ test('a reopened data directory has every write; a held one is refused; bad opti
   assert.equal(again.currentRevision(), rev);
   assert.equal(await again.count('k'), 100);
 
+  const file = path.join(dir, 'a-file');
+  fs.writeFileSync(file, '');
+  await assert.rejects(open({ dataDir: file }), /data directory .*a-file is not a directory/);
+  await assert.rejects(open({ dataDir: path.join(file, 'below') }), /data directory .*below cannot be created: /);
   await assert.rejects(open({} as never), /dataDir is required/);
   await assert.rejects(open({ dataDir: dir, readConsistency: 'eventual' as never }), /readConsistency must be 'linearizable' or 'serializable'/);
   await assert.rejects(open({ dataDir: dir, checkpointInterval: '15m' }), /checkpointInterval needs objectStore/);
@@ -209,4 +217,24 @@ test('readConsistency serializable: the plain reads answer without the lineariza
   assert.equal(await node.exists('a'), true);
   assert.equal(await node.count(''), 1);
   assert.equal((await node.list('')).kvs.length, 1);
+});
+
+test('housekeeping runs in the embedded node: an expired lease deletes its key, automatic compaction compacts', async (t) => {
+  const dir = await tempDir(t, 'kvs-embed');
+  const node = await open({ dataDir: dir, autoCompact: { mode: 'revision', retainRevisions: 5, intervalMs: 100 } });
+  t.after(() => node.close());
+  const lease = await node.grantLease(2);
+  const put = await node.put('expiring', 'x', { lease });
+  // Nothing but the watch holds the process meanwhile: a waiting watch keeps it alive.
+  const watch = node.watch('expiring');
+  const [gone] = await take(watch, 1);
+  assert.equal(gone!.type, 'delete', 'the key went with its lease');
+  assert.ok(gone!.revision > put.revision);
+  await assert.rejects(node.keepAlive(lease), ErrLeaseNotFound);
+
+  for (let i = 0; i < 20; i++) await node.put('c', String(i));
+  const target = node.currentRevision() - 5;
+  await pollUntil('automatic compaction', async () => (node.compactRevision() >= target ? true : undefined), 30_000);
+  await assert.rejects(node.get('c', { revision: 2 }), ErrCompacted);
+  assert.equal(text((await node.get('c'))!.value), '19');
 });

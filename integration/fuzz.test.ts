@@ -19,9 +19,9 @@ import { rawExchange } from '../testkit/raw-socket.js';
 import { fuzz, summaryLine, type RunSummary } from '../chaos/fuzz/run.js';
 import { CLOSE_DEADLINE_MS, clientPortTarget, consoleTarget, startTarget, type FuzzTarget } from '../chaos/fuzz/targets.js';
 import { reservePort, startKvs } from '../testkit/harness.js';
+import { daySeed } from '../chaos/fuzz/random.js';
 
-const today = new Date();
-const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());
+const SEED = daySeed();
 
 /** Seconds of cases per port (each connection's deadline: CLOSE_DEADLINE_MS). */
 const SECONDS = { client: 6, peer: 5, http: 4, console: 4 } as const;

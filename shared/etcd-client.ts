@@ -18,12 +18,17 @@ export interface EtcdClientOptions {
   password?: string;
   /** How long to wait for a connection to an endpoint (etcdctl's --dial-timeout). */
   dialTimeoutMs?: number;
+  /**
+   * TLS without verifying the server's certificate (etcdctl's --insecure-skip-tls-verify): for a
+   * node's own console dialing its cluster's client URLs, whose CA it has no file for.
+   */
+  insecureSkipTlsVerify?: boolean;
 }
 
 type Unary = (req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: any) => void) => grpc.ClientUnaryCall;
 type Client = grpc.Client & Record<string, any>;
 
-const SERVICES = ['KV', 'Watch', 'Lease', 'Auth', 'Maintenance'] as const;
+const SERVICES = ['KV', 'Watch', 'Lease', 'Auth', 'Maintenance', 'Cluster'] as const;
 type ServiceName = (typeof SERVICES)[number];
 const CTORS = Object.fromEntries(SERVICES.map((s) => [s, grpc.makeGenericClientConstructor(service(`etcdserverpb.${s}`), s)])) as Record<ServiceName, grpc.ServiceClientConstructor>;
 
@@ -64,8 +69,9 @@ export class EtcdClient {
         throw new Error(`cannot read ${what} ${file}: ${(err as Error).message}`);
       }
     };
+    const noVerify = opts.insecureSkipTlsVerify ? { rejectUnauthorized: false, checkServerIdentity: () => undefined } : undefined;
     this.credentials = tls
-      ? grpc.credentials.createSsl(read('CA file', opts.cacert) ?? null, read('key file', opts.key) ?? null, read('certificate file', opts.cert) ?? null)
+      ? grpc.credentials.createSsl(read('CA file', opts.cacert) ?? null, read('key file', opts.key) ?? null, read('certificate file', opts.cert) ?? null, noVerify)
       : grpc.credentials.createInsecure();
     if (opts.user !== undefined) {
       const i = opts.user.indexOf(':');
@@ -108,12 +114,8 @@ export class EtcdClient {
    * while etcd has auth disabled, which refuses to authenticate then).
    */
   async metadata(): Promise<grpc.Metadata> {
-    const md = new grpc.Metadata();
-    if (this.user) {
-      this.token ??= await this.authenticate();
-      if (this.token) md.set('token', this.token);
-    }
-    return md;
+    if (this.user) this.token ??= await this.authenticate();
+    return tokenMetadata(this.user ? this.token : undefined);
   }
 
   private async authenticate(): Promise<string> {
@@ -129,6 +131,14 @@ export class EtcdClient {
   /** A unary call without a token, whatever user was given. */
   anonymous<T = any>(svc: ServiceName, method: string, req: object, timeoutMs?: number): Promise<T> {
     return this.raw<T>(svc, method, req, new grpc.Metadata(), timeoutMs);
+  }
+
+  /**
+   * A unary call with a token the caller holds (the console passes each user's own), or none;
+   * an expired token is the caller's to renew.
+   */
+  withToken<T = any>(token: string | undefined, svc: ServiceName, method: string, req: object, timeoutMs?: number): Promise<T> {
+    return this.raw<T>(svc, method, req, tokenMetadata(token), timeoutMs);
   }
 
   private raw<T>(svc: ServiceName, method: string, req: object, md: grpc.Metadata, timeoutMs = 30_000): Promise<T> {
@@ -168,6 +178,13 @@ export class EtcdClient {
     for (const c of this.clients.values()) c.close();
     this.clients.clear();
   }
+}
+
+/** Call metadata carrying `token`, when there is one. */
+export function tokenMetadata(token: string | undefined): grpc.Metadata {
+  const md = new grpc.Metadata();
+  if (token) md.set('token', token);
+  return md;
 }
 
 /** Whether a gRPC error means the endpoint is gone (try another, or again later). */

@@ -9,6 +9,7 @@ import { performance } from 'node:perf_hooks';
 import { decode } from '../../shared/proto/index.js';
 import { KvClient } from '../../testkit/kv-client.js';
 import { key, value } from '../keys.js';
+import { median } from '../stats.js';
 import { CLUSTER_NODES, baselineMetrics, type ClusterControl, type ClusterRole, type MeasureTarget, type Workload } from '../workload.js';
 import { parGet, seqGet } from './get.js';
 import { parPut, seqPut } from './put.js';
@@ -214,12 +215,6 @@ async function rejoin(c: ClusterControl, member: number, leader: number): Promis
   } finally {
     for (const kv of clients) kv.close();
   }
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
 const seconds = (v: number) => `${(v / 1000).toFixed(2)} s`;

@@ -9,6 +9,7 @@ import { snapshot } from './snapshot.js';
 import { watch, watchFanout } from './watch.js';
 import { parGetAuth, parPutAuth } from './auth.js';
 import { jsonParGet, jsonParPut, jsonSeqGet, jsonSeqPut } from './json.js';
+import { embedParPut, embedSeqGet, embedSeqPut } from './embed.js';
 import { clusterFailover, clusterParGet, clusterParPut, clusterParPutViaFollower, clusterSeqGet, clusterSeqPut, clusterSeqPutViaFollower } from './cluster-workloads.js';
 
 /** Against a three-member cluster of each system (bench/cluster-servers.ts). */
@@ -22,7 +23,7 @@ export const CLUSTER_WORKLOADS: readonly Workload[] = [
   clusterFailover,
 ];
 
-export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, jsonSeqPut, jsonParPut, jsonSeqGet, jsonParGet, size, size10x, sizeJson, snapshot, ...CLUSTER_WORKLOADS];
+export const WORKLOADS: readonly Workload[] = [seqPut, parPut, parPutAuth, seqPutStoreLocal, parPutStoreLocal, seqGet, parGet, parGetAuth, mixed, range, rangeHistory, watch, watchFanout, jsonSeqPut, jsonParPut, jsonSeqGet, jsonParGet, size, size10x, sizeJson, snapshot, embedSeqPut, embedSeqGet, embedParPut, ...CLUSTER_WORKLOADS];
 
 /** Need Ceph RGW (`--rgw`): not in the default list. */
 export const RGW_WORKLOADS: readonly Workload[] = [seqPutStoreRgw, parPutStoreRgw];

@@ -12,7 +12,7 @@ import type { Rand } from './random.js';
 
 export const CONSOLE_ANSWER_MS = 5000;
 
-const READS = ['/api/session', '/api/cluster', '/api/activity', '/api/keys', '/api/key', '/api/history', '/api/watch', '/api/durability'];
+const READS = ['/api/session', '/api/cluster', '/api/activity', '/api/keys', '/api/key', '/api/history', '/api/history/earlier', '/api/watch', '/api/durability'];
 const ACTIONS = ['/api/actions/compact', '/api/actions/checkpoint', '/api/actions/restart'];
 const OTHERS = ['/', '/index.html', '/static/app.js', '/static/style.css', '/static/../package.json', '/static/%2e%2e/x', '/static/APP.JS', '/api/', '/api/login', '/api/nope', '/metrics', '/healthz', '/readyz', '//api/keys', '/api/keys/', '*'];
 

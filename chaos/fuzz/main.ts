@@ -1,11 +1,13 @@
-// `npm run fuzz -- --seed N --duration S [--target client|peer|http|console|snapshot]`: starts
+// `npm run fuzz -- --seed N --duration S [--target client|peer|http|console|snapshot|embed]`: starts
 // the target (real kvs processes in temp dirs), fuzzes its port (or, `snapshot`, feeds damaged
-// etcd snapshot files to the snapshot reader and restore: snapshot-file.ts), prints one summary line, exits 1 on a failure
+// etcd snapshot files to the snapshot reader and restore: snapshot-file.ts; `embed`, drives an
+// embedded node's API against a model: embed-api.ts), prints one summary line, exits 1 on a failure
 // (with the seed and case indices that replay it: `--seed N --case I[,J...]`).
 import sade from 'sade';
 import { fuzz, summaryLine } from './run.js';
 import { CLOSE_DEADLINE_MS, standaloneCtx, startTarget, type TargetKind } from './targets.js';
 import { fuzzSnapshots, snapshotSummaryLine } from './snapshot-file.js';
+import { embedSummaryLine, fuzzEmbedded } from './embed-api.js';
 
 interface Flags {
   seed?: number;
@@ -23,14 +25,14 @@ sade('fuzz', true)
   .option('--duration', 'seconds to keep sending cases', 30)
   .option('--cases', 'stop after this many cases instead')
   .option('--case', 'replay only these case indices (comma-separated), as a failure printed them')
-  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x), console (the console on --metrics-addr), peer, or snapshot (etcd snapshot files)', 'client')
+  .option('--target', 'client (gRPC), http (the JSON gateway, HTTP/1.x), console (the console on --metrics-addr), peer, snapshot (etcd snapshot files), or embed (the embedding API)', 'client')
   .option('--concurrency', 'connections at once', 8)
   .option('--quiet', 'no progress lines on stderr')
   .example('--seed 42 --duration 60 --target peer')
   .action(async (f: Flags) => {
-    const kind = f.target as TargetKind | 'snapshot';
-    if (kind !== 'client' && kind !== 'peer' && kind !== 'http' && kind !== 'console' && kind !== 'snapshot') {
-      process.stderr.write(`fuzz: --target must be client, http, console, peer or snapshot, not ${f.target}\n`);
+    const kind = f.target as TargetKind | 'snapshot' | 'embed';
+    if (kind !== 'client' && kind !== 'peer' && kind !== 'http' && kind !== 'console' && kind !== 'snapshot' && kind !== 'embed') {
+      process.stderr.write(`fuzz: --target must be client, http, console, peer, snapshot or embed, not ${f.target}\n`);
       process.exit(2);
     }
     const seed = f.seed ?? (Date.now() % 1_000_000_007);
@@ -39,6 +41,12 @@ sade('fuzz', true)
       const log = f.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
       const s = await fuzzSnapshots({ seed, only, durationMs: f.cases === undefined && !only ? Number(f.duration) * 1000 : undefined, maxCases: f.cases, log });
       process.stdout.write(`${snapshotSummaryLine(s)}\n`);
+      process.exit(s.failures.length > 0 ? 1 : 0);
+    }
+    if (kind === 'embed') {
+      const log = f.quiet ? undefined : (line: string) => process.stderr.write(`${line}\n`);
+      const s = await fuzzEmbedded({ seed, only, durationMs: f.cases === undefined && !only ? Number(f.duration) * 1000 : undefined, maxCases: f.cases, log });
+      process.stdout.write(`${embedSummaryLine(s)}\n`);
       process.exit(s.failures.length > 0 ? 1 : 0);
     }
     const ctx = standaloneCtx();

@@ -46,3 +46,8 @@ export class Rand {
     return b;
   }
 }
+
+/** The seed of the suite's fuzz runs: the day (yyyymmdd, UTC), or KVS_FUZZ_SEED. */
+export function daySeed(env: NodeJS.ProcessEnv = process.env, today = new Date()): number {
+  return Number(env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());
+}

@@ -4,11 +4,10 @@
 // --target snapshot --seed N --case I`).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Rand } from './random.js';
+import { Rand, daySeed } from './random.js';
 import { damagedFile, fuzzSnapshots, snapshotSummaryLine } from './snapshot-file.js';
 
-const today = new Date();
-const SEED = Number(process.env.KVS_FUZZ_SEED ?? today.getUTCFullYear() * 10000 + (today.getUTCMonth() + 1) * 100 + today.getUTCDate());
+const SEED = daySeed();
 
 test('damaged etcd snapshots are refused with a message, and leave nothing behind', async (t) => {
   const s = await fuzzSnapshots({ seed: SEED, durationMs: 4000 });

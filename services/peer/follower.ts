@@ -81,6 +81,7 @@ interface LeaderMessage {
   membersChanged: boolean;
   resync: string;
   leaving: boolean;
+  degraded: string;
 }
 
 export class Following {
@@ -153,7 +154,7 @@ export class Following {
     if (signal.aborted) return 'stopped';
     // Staged entries stay until a leader answers (see the first message below).
     const p = await storage.setRole(Role.FOLLOWER, term);
-    board.update({ role: Role.FOLLOWER, term, leader: this.leader, leaderEpoch: held.record.epoch ?? '', inSync: false, reason: `following ${held.record.nodeId}`, degraded: false });
+    board.update({ role: Role.FOLLOWER, term, leader: this.leader, leaderEpoch: held.record.epoch ?? '', inSync: false, reason: `following ${held.record.nodeId}`, degraded: false, leaderDegraded: '' });
     return new Promise((resolve) => {
       const call = client.follow<unknown, LeaderMessage>();
       let served = false;
@@ -255,7 +256,7 @@ export class Following {
             () => finish('failed'),
           );
         }
-        if (m.membersChanged) board.update({ members: m.members });
+        if (m.membersChanged) board.update({ members: m.members, leaderDegraded: m.degraded ?? '' });
         const commit = n(m.commitThrough as number);
         if (syncTarget < 0 && !board.current.inSync) {
           syncTarget = commit;

@@ -278,6 +278,14 @@ export class Leadership {
     return false;
   }
 
+  /** Why replication is degraded, as the followers' consoles show it ('' when it is not). */
+  private degradedReason(): string {
+    const why = [...this.disconnected.keys()].map((id) => `${id} disconnected`);
+    for (const f of this.followers.values()) if (!f.caughtUp) why.push(`${f.member.nodeId} catching up`);
+    if (why.length === 0 && this.followers.size === 0) why.push('no follower connected');
+    return why.join(', ');
+  }
+
   /** The lock is ours for sure: see the header. */
   fresh(): boolean {
     const margin = this.o.ttlMs / 3;
@@ -453,7 +461,7 @@ export class Leadership {
     this.followers.set(member.nodeId, conn);
     this.disconnected.delete(member.nodeId);
     log.info({ follower: member.nodeId, from }, 'follower connected');
-    call.write({ term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true });
+    call.write({ term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true, degraded: this.degradedReason() });
     // What it lacks, from the buffer (the first chunk cut at `from`), then the live stream.
     for (const c of this.ring) {
       if (c.last < from) continue;
@@ -479,9 +487,10 @@ export class Leadership {
   }
 
   private publishState(): void {
-    this.o.board.update({ role: Role.LEADER, term: this.term, leader: this.o.self, members: this.members(), inSync: true, reason: '', degraded: this.degraded });
+    const why = this.degradedReason();
+    this.o.board.update({ role: Role.LEADER, term: this.term, leader: this.o.self, members: this.members(), inSync: true, reason: '', degraded: this.degraded, leaderDegraded: why });
     M.replicationDegraded.set(this.degraded ? 1 : 0);
-    const msg = { term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true };
+    const msg = { term: this.term, commitThrough: this.committedThrough, members: this.members(), membersChanged: true, degraded: why };
     for (const f of this.followers.values()) f.call.write(msg);
     this.sendPlacement();
   }

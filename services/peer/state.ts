@@ -25,12 +25,14 @@ export interface ClusterState {
   inSync: boolean;
   reason: string;
   degraded: boolean;
+  /** Why the leader's replication is degraded ('' when it is not; a follower's as its leader said). */
+  leaderDegraded: string;
 }
 
 const ROLE_NAMES = { [Role.LEADER]: 'leader', [Role.FOLLOWER]: 'follower' } as Record<number, string>;
 
 export class StateBoard {
-  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, leaderEpoch: '', members: [], inSync: false, reason: 'electing a leader', degraded: false };
+  private state: ClusterState = { role: Role.UNKNOWN, term: 0, leader: undefined, leaderEpoch: '', members: [], inSync: false, reason: 'electing a leader', degraded: false, leaderDegraded: '' };
   private readonly subscribers = new Set<ServerCall<unknown, unknown>>();
   private waiters: (() => void)[] = [];
   private readonly listeners: (() => void)[] = [];
@@ -94,6 +96,6 @@ export class StateBoard {
 
   private message() {
     const s = this.state;
-    return { role: s.role, term: s.term, leader: s.leader, members: s.members, inSync: s.inSync, reason: s.reason, degraded: s.degraded };
+    return { role: s.role, term: s.term, leader: s.leader, members: s.members, inSync: s.inSync, reason: s.reason, degraded: s.degraded, leaderDegraded: s.leaderDegraded };
   }
 }

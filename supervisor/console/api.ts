@@ -14,7 +14,7 @@ import { EtcdApi, EtcdError, type KeyValue } from './etcd.js';
 import { MetricsSampler } from './sampler.js';
 import { activity, roleOf, sumOf, quantile } from './series.js';
 import { Durability } from './durability.js';
-import { keyHistory } from './history.js';
+import { earlierIncarnations, keyHistory, type HistoryQuery } from './history.js';
 import { Members } from './members.js';
 import { readPeerState } from './peer-state.js';
 import { prefixEnd, prefixStart } from './keys.js';
@@ -226,16 +226,16 @@ export class ConsoleApi {
       case 'key':
         return sendJson(res, 200, await this.key(who, fromB64(q.get('key'), 'key')));
       case 'history': {
-        const fresh = async () => (await this.sampler.sampleNow(), sumOf(this.sampler.latest()?.m ?? {}, 'kvs_compact_revision'));
-        const h = await keyHistory(this.etcd, who.token, fromB64(q.get('key'), 'key'), intParam(q.get('limit'), 'limit', 1000, 1, 10_000), await this.compactRevision(), fresh);
-        // Large values are left out of the history (their size stays): a thousand of them would
-        // make an answer no browser wants; the key view shows the live one whole.
-        let budget = HISTORY_VALUE_BUDGET;
-        const revisions = h.revisions.map((kv) => {
-          const keep = kv.value.length <= HISTORY_VALUE_MAX && (budget -= kv.value.length) >= 0;
-          return { ...kvJson(kv, keep), size: kv.value.length, ...(keep ? {} : { valueOmitted: true }) };
-        });
-        return sendJson(res, 200, { ...h, revisions });
+        const h = await keyHistory(await this.historyQuery(who, q));
+        // Earlier incarnations may lie between the compact revision (or revision 1, the empty
+        // store) and this one's creation.
+        const before = h.revisions[0]?.createRevision ?? h.revision + 1;
+        return sendJson(res, 200, { ...h, revisions: historyJson(h.revisions, { left: HISTORY_VALUE_BUDGET }), earlier: before > Math.max(h.compactRevision, 1) + 1 });
+      }
+      case 'history/earlier': {
+        const h = await earlierIncarnations(await this.historyQuery(who, q));
+        const budget = { left: HISTORY_VALUE_BUDGET };
+        return sendJson(res, 200, { ...h, incarnations: h.incarnations.map((i) => ({ ...i, revisions: historyJson(i.revisions, budget) })) });
       }
       case 'watch':
         return this.watch(who, req, res, fromB64(q.get('prefix'), 'prefix'));
@@ -291,6 +291,18 @@ export class ConsoleApi {
       }
     }
     return { ...base, user: who.user, roles: who.roles, root: who.root, permissions: who.root ? 'all' : permissions };
+  }
+
+  /** ?key=&limit= of a history request, with the compact revision (sampled again if it moved). */
+  private async historyQuery(who: Caller, q: URLSearchParams): Promise<HistoryQuery> {
+    return {
+      etcd: this.etcd,
+      token: who.token,
+      key: fromB64(q.get('key'), 'key'),
+      limit: intParam(q.get('limit'), 'limit', 1000, 1, 10_000),
+      compactRevision: await this.compactRevision(),
+      freshCompact: async () => (await this.sampler.sampleNow(), sumOf(this.sampler.latest()?.m ?? {}, 'kvs_compact_revision')),
+    };
   }
 
   private async compactRevision(): Promise<number> {
@@ -366,25 +378,34 @@ export class ConsoleApi {
     res.writeHead(200, { 'Content-Type': 'application/x-ndjson', 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' });
     const write = (o: object) => res.write(JSON.stringify(o) + '\n');
     write({ watching: b64(prefix) });
-    const cancel = this.etcd.watch(
-      who.token,
-      prefixStart(prefix),
-      prefixEnd(prefix),
-      0,
-      (revision, events) => write({ revision, events: events.map((e) => ({ type: e.type, ...kvJson(e.kv, true) })) }),
-      (err) => {
+    const { cancel } = this.etcd.watch(who.token, prefixStart(prefix), prefixEnd(prefix), 0, {
+      onEvents: (revision, events) => write({ revision, events: events.map((e) => ({ type: e.type, ...kvJson(e.kv, true) })) }),
+      onEnd: (err) => {
         if (err) write({ error: err.message, status: httpStatus(err.code) });
         res.end();
       },
-    );
+    });
     // The connection closing ends the watch; so does a client that half-closes it (done sending:
-    // a browser never does, a script that is done does).
+    // a browser never does, a script that is done does). A body sent with the GET is read and
+    // dropped: left unread, it would hold the socket's end behind it.
+    req.resume();
     res.on('close', cancel);
     req.socket.once('end', () => {
       cancel();
       res.end();
     });
   }
+}
+
+/**
+ * History revisions as JSON. Large values are left out (their size stays): a thousand of them
+ * would make an answer no browser wants; the key view shows the live one whole.
+ */
+function historyJson(kvs: KeyValue[], budget: { left: number }): object[] {
+  return kvs.map((kv) => {
+    const keep = kv.value.length <= HISTORY_VALUE_MAX && (budget.left -= kv.value.length) >= 0;
+    return { ...kvJson(kv, keep), size: kv.value.length, ...(keep ? {} : { valueOmitted: true }) };
+  });
 }
 
 function requireRoot(who: Caller, what: string): void {

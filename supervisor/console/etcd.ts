@@ -1,12 +1,12 @@
 // The console's way into the node: etcd's own gRPC API on the node's client port (and on the
 // other members' client URLs), with the logged-in user's token, so that every permission check
-// is the API's own (reserved key space included) and a token has the node's TTL.
-import fs from 'node:fs';
+// is the API's own (reserved key space included) and a token has the node's TTL. The calls go
+// through the shared etcd client (shared/etcd-client.ts), one per member address; this file
+// gives them the types and errors the console works with.
 import * as grpc from '@grpc/grpc-js';
-import { service, num } from '../../shared/proto/index.js';
+import { num } from '../../shared/proto/index.js';
 import type { Config } from '../../shared/config.js';
-
-type Client = grpc.Client & Record<string, any>;
+import { EtcdClient, tokenMetadata } from '../../shared/etcd-client.js';
 
 /** A gRPC failure as the console shows it: etcd's status and message. */
 export class EtcdError extends Error {
@@ -60,46 +60,53 @@ export function dialAddress(listen: string): string {
   return `${host}:${m[2]}`;
 }
 
-export class EtcdApi {
-  private readonly creds: () => grpc.ChannelCredentials;
-  private readonly clients = new Map<string, Record<string, Client>>();
+/** What a watch reports, and how it ends. */
+export interface WatchHandlers {
+  onEvents(revision: number, events: WatchEvent[]): void;
+  /** The answer to requestProgress: every event through `revision` has been sent. */
+  onProgress?(revision: number): void;
+  /** The error that ended the watch, if any (none: cancelled or ended by the node). */
+  onEnd(err?: EtcdError): void;
+}
 
-  constructor(private readonly cfg: Config) {
-    this.creds = () => {
-      if (!cfg.clientTlsCert) return grpc.credentials.createInsecure();
-      // Our own port (or a member named by the cluster's MemberList): the certificate is the
-      // node's, so it is not verified against a CA the console does not have; with mutual TLS
-      // the node presents its own certificate (a token, when given, wins over its CN).
-      const key = cfg.clientTlsCa ? fs.readFileSync(cfg.clientTlsKey!) : null;
-      const cert = cfg.clientTlsCa ? fs.readFileSync(cfg.clientTlsCert) : null;
-      return grpc.credentials.createSsl(null, key, cert, { rejectUnauthorized: false, checkServerIdentity: () => undefined });
-    };
-  }
+export interface WatchHandle {
+  cancel(): void;
+  /** Asks the node for its revision once every event up to it has been sent (onProgress). */
+  requestProgress(): void;
+}
+
+const toEtcdError = (err: grpc.ServiceError): EtcdError => new EtcdError(err.code, err.details || err.message);
+
+export class EtcdApi {
+  private readonly clients = new Map<string, EtcdClient>();
+
+  constructor(private readonly cfg: Config) {}
 
   /** The node's own client port. */
   get self(): string {
     return dialAddress(this.cfg.listen);
   }
 
-  private client(addr: string, svc: string): Client {
-    let set = this.clients.get(addr);
-    if (!set) this.clients.set(addr, (set = {}));
-    if (!set[svc]) {
-      const Ctor = grpc.makeGenericClientConstructor(service(`etcdserverpb.${svc}`), svc);
-      set[svc] = new Ctor(addr, this.creds(), { 'grpc.max_receive_message_length': 64 * 1024 * 1024 }) as Client;
+  private client(addr: string): EtcdClient {
+    let c = this.clients.get(addr);
+    if (!c) {
+      const cfg = this.cfg;
+      // Our own port (or a member named by the cluster's MemberList): the certificate is the
+      // node's, so it is not verified against a CA the console does not have; with mutual TLS
+      // the node presents its own certificate (a token, when given, wins over its CN).
+      const mutual = cfg.clientTlsCert && cfg.clientTlsCa ? { cert: cfg.clientTlsCert, key: cfg.clientTlsKey } : {};
+      c = new EtcdClient({ endpoints: [`${cfg.clientTlsCert ? 'https' : 'http'}://${addr}`], insecureSkipTlsVerify: true, ...mutual });
+      this.clients.set(addr, c);
     }
-    return set[svc]!;
+    return c;
   }
 
-  private unary<T = any>(addr: string, svc: string, method: string, req: object, token?: string, ms = CALL_MS): Promise<T> {
-    const md = new grpc.Metadata();
-    if (token) md.set('token', token);
-    return new Promise((resolve, reject) => {
-      this.client(addr, svc)[method](req, md, { deadline: Date.now() + ms }, (err: grpc.ServiceError | null, res: T) => {
-        if (err) reject(new EtcdError(err.code, err.details || err.message));
-        else resolve(res);
-      });
-    });
+  private async unary<T = any>(addr: string, svc: 'KV' | 'Lease' | 'Auth' | 'Maintenance' | 'Cluster', method: string, req: object, token?: string, ms = CALL_MS): Promise<T> {
+    try {
+      return await this.client(addr).withToken<T>(token, svc, method, req, ms);
+    } catch (err) {
+      throw (err as grpc.ServiceError).code !== undefined ? toEtcdError(err as grpc.ServiceError) : err;
+    }
   }
 
   async authenticate(name: string, password: string): Promise<string> {
@@ -156,19 +163,14 @@ export class EtcdApi {
     };
   }
 
-  /**
-   * A watch on [key, rangeEnd) from `startRevision` (0: now); events go to `onEvents` until
-   * the returned function cancels it. `onEnd` gets the error that ended it, if any.
-   */
-  watch(token: string | undefined, key: Buffer, rangeEnd: Buffer, startRevision: number, onEvents: (rev: number, evs: WatchEvent[]) => void, onEnd: (err?: EtcdError) => void): () => void {
-    const md = new grpc.Metadata();
-    if (token) md.set('token', token);
-    const call = this.client(this.self, 'Watch').Watch(md) as grpc.ClientDuplexStream<any, any>;
+  /** A watch on [key, rangeEnd) from `startRevision` (0: now), until cancelled or ended. */
+  watch(token: string | undefined, key: Buffer, rangeEnd: Buffer, startRevision: number, h: WatchHandlers): WatchHandle {
+    const call = this.client(this.self).client('Watch').watch(tokenMetadata(token)) as grpc.ClientDuplexStream<any, any>;
     let ended = false;
     const end = (err?: EtcdError) => {
       if (ended) return;
       ended = true;
-      onEnd(err);
+      h.onEnd(err);
     };
     call.on('data', (res: any) => {
       if (res.canceled) {
@@ -177,19 +179,26 @@ export class EtcdApi {
         return;
       }
       const evs: WatchEvent[] = (res.events ?? []).map((e: any) => ({ type: e.type === 1 ? 'DELETE' : 'PUT', kv: toKv(e.kv) }));
-      if (evs.length > 0) onEvents(num(res.header?.revision), evs);
+      if (evs.length > 0) h.onEvents(num(res.header?.revision), evs);
+      // Neither events nor the creation: a progress answer (etcd sends it as an empty response).
+      else if (!res.created) h.onProgress?.(num(res.header?.revision));
     });
-    call.on('error', (err: grpc.ServiceError) => end(err.code === grpc.status.CANCELLED ? undefined : new EtcdError(err.code, err.details || err.message)));
+    call.on('error', (err: grpc.ServiceError) => end(err.code === grpc.status.CANCELLED ? undefined : toEtcdError(err)));
     call.on('end', () => end());
     call.write({ createRequest: { key, rangeEnd, startRevision } });
-    return () => {
-      ended = true;
-      call.cancel();
+    return {
+      cancel: () => {
+        ended = true;
+        call.cancel();
+      },
+      requestProgress: () => {
+        if (!ended) call.write({ progressRequest: {} });
+      },
     };
   }
 
   close(): void {
-    for (const set of this.clients.values()) for (const c of Object.values(set)) c.close();
+    for (const c of this.clients.values()) c.close();
     this.clients.clear();
   }
 }
@@ -198,7 +207,8 @@ export class EtcdApi {
 export function urlAddress(url: string): string {
   try {
     const u = new URL(url);
-    return `${u.hostname.replace(/^\[|\]$/g, '')}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
+    // An IPv6 host keeps its brackets, as a gRPC target wants it.
+    return `${u.hostname}:${u.port || (u.protocol === 'https:' ? '443' : '80')}`;
   } catch {
     return url;
   }

@@ -11,7 +11,7 @@
 // most DENSE per version), one watch from create_revision is cheaper still: the gateway's
 // catch-up scan reads those revisions once, in process, and streams the key's events.
 import * as grpc from '@grpc/grpc-js';
-import { EtcdError, type EtcdApi, type KeyValue } from './etcd.js';
+import { EtcdError, type EtcdApi, type KeyValue, type WatchEvent } from './etcd.js';
 
 export interface KeyHistory {
   /** The revision of the first read. */
@@ -64,20 +64,27 @@ export function probes(known: Known[], floor: Known, minRevision: number, budget
   return { revisions: [...new Set(out)].sort((a, b) => b - a).slice(0, budget), unreachable };
 }
 
-/**
- * `compactRevision`: the node's compaction watermark as last sampled; `freshCompact` reads it
- * again, called once if a read finds history compacted since.
- */
-export async function keyHistory(
-  etcd: EtcdApi,
-  token: string | undefined,
-  key: Buffer,
-  limit: number,
-  compactRevision: number,
-  freshCompact: () => Promise<number> = async () => compactRevision,
-  dense = DENSE,
-): Promise<KeyHistory> {
+/** What a history read needs: the node, the user's token, the key and how many versions. */
+export interface HistoryQuery {
+  etcd: EtcdApi;
+  token: string | undefined;
+  key: Buffer;
+  limit: number;
+  /** The node's compaction watermark as last sampled. */
+  compactRevision: number;
+  /** Reads the watermark again; called once if a read finds history compacted since. */
+  freshCompact: () => Promise<number>;
+}
+
+function checkKey(key: Buffer): void {
   if (key.length === 0) throw new EtcdError(grpc.status.INVALID_ARGUMENT, 'etcdserver: key is not provided');
+}
+
+/** The live incarnation's versions, newest first (see the header). */
+export async function keyHistory(q: HistoryQuery, dense = DENSE): Promise<KeyHistory> {
+  const { etcd, token, key, limit, freshCompact } = q;
+  let { compactRevision } = q;
+  checkKey(key);
   const first = await etcd.range(token, { key });
   let reads = 1;
   const live = first.kvs[0];
@@ -89,7 +96,7 @@ export async function keyHistory(
       if (err instanceof EtcdError && /compacted/.test(err.message)) return undefined;
       throw err;
     });
-    if (!events) return keyHistory(etcd, token, key, limit, Math.max(compactRevision + 1, await freshCompact()), freshCompact, dense);
+    if (!events) return keyHistory({ ...q, compactRevision: Math.max(compactRevision + 1, await freshCompact()) }, dense);
     if (events) {
       const revisions = events.filter((kv) => kv.version >= oldest).sort((a, b) => b.version - a.version);
       const end = revisions.at(-1)?.version === 1 ? 'created' : revisions.length >= limit ? 'limit' : 'compacted';
@@ -143,30 +150,137 @@ export async function keyHistory(
 
 /** The key's versions of this incarnation from `from` through the live one, by one watch. */
 function watchedVersions(etcd: EtcdApi, token: string | undefined, key: Buffer, from: number, live: KeyValue): Promise<KeyValue[]> {
+  const got: KeyValue[] = [];
+  return watchKey(etcd, token, key, from, WATCH_MS, (e, done) => {
+    if (e.type === 'PUT' && e.kv.createRevision === live.createRevision && e.kv.modRevision <= live.modRevision) got.push(e.kv);
+    if (e.kv.modRevision >= live.modRevision) done();
+  }).then(() => got);
+}
+
+/**
+ * One watch on `key` from `from`, each event to `onEvent` until it calls `done`; with `until`,
+ * it also ends once the node says every event through `until` was sent (a progress request,
+ * answered after the watch has caught up). Rejects on the watch's error or after `ms`.
+ */
+function watchKey(etcd: EtcdApi, token: string | undefined, key: Buffer, from: number, ms: number, onEvent: (e: WatchEvent, done: () => void) => void, until?: number): Promise<void> {
   return new Promise((resolve, reject) => {
-    const got: KeyValue[] = [];
-    let done = false;
-    const timer = setTimeout(() => finish(new EtcdError(grpc.status.DEADLINE_EXCEEDED, `history watch from revision ${from} took over ${WATCH_MS} ms`)), WATCH_MS);
+    let finished = false;
+    const timer = setTimeout(() => finish(new EtcdError(grpc.status.DEADLINE_EXCEEDED, `history watch from revision ${from} took over ${ms} ms`)), ms);
     const finish = (err?: Error) => {
-      if (done) return;
-      done = true;
+      if (finished) return;
+      finished = true;
       clearTimeout(timer);
-      cancel();
+      w.cancel();
       if (err) reject(err);
-      else resolve(got);
+      else resolve();
     };
-    const cancel = etcd.watch(
-      token,
-      key,
-      Buffer.alloc(0),
-      from,
-      (_rev, events) => {
-        for (const e of events) {
-          if (e.type === 'PUT' && e.kv.createRevision === live.createRevision && e.kv.modRevision <= live.modRevision) got.push(e.kv);
-          if (e.kv.modRevision >= live.modRevision) return finish();
-        }
+    const done = () => finish();
+    const w = etcd.watch(token, key, Buffer.alloc(0), from, {
+      onEvents: (_rev, events) => {
+        for (const e of events) if (!finished) onEvent(e, done);
       },
-      (err) => finish(err ?? new EtcdError(grpc.status.UNAVAILABLE, 'history watch ended early')),
-    );
+      onProgress: (rev) => {
+        if (until !== undefined && rev >= until) finish();
+      },
+      onEnd: (err) => finish(err ?? new EtcdError(grpc.status.UNAVAILABLE, 'history watch ended early')),
+    });
+    if (until !== undefined) w.requestProgress();
   });
+}
+
+/** One life of a key: from a creation (version 1) to the DELETE that ended it. */
+export interface Incarnation {
+  /** Its version 1's revision; 0 when that is below the compact revision. */
+  createRevision: number;
+  deleteRevision: number;
+  /** Newest first. */
+  revisions: KeyValue[];
+}
+
+export interface EarlierHistory {
+  /** The revision of the first read. */
+  revision: number;
+  compactRevision: number;
+  /** Incarnations ended before this revision were looked for (the live one's creation, or after the head). */
+  before: number;
+  /** Newest first. */
+  incarnations: Incarnation[];
+  /**
+   * Why the list stops: complete (every incarnation since the key was first written), compacted
+   * (history below the compact revision is gone: an incarnation with createRevision 0 began
+   * there, and earlier ones may have been), limit.
+   */
+  end: 'complete' | 'compacted' | 'limit';
+}
+
+/** The earlier-incarnations watch may read this long (it scans every revision in its window). */
+const EARLIER_MS = 60_000;
+
+/**
+ * The key's incarnations before its live one (or, deleted now, all of them): the revisions a
+ * Range at a past revision cannot find without knowing where they are, so one watch on the key
+ * from the compact revision up to the live one's creation reads them (the gateway's catch-up
+ * scans that window once, in process, and sends the key's events). Asked for on demand: it
+ * costs a scan of the whole window. The newest `limit` versions are kept.
+ */
+export async function earlierIncarnations(q: HistoryQuery): Promise<EarlierHistory> {
+  const { etcd, token, key, limit, freshCompact } = q;
+  let { compactRevision } = q;
+  checkKey(key);
+  const first = await etcd.range(token, { key });
+  const live = first.kvs[0];
+  const before = live ? live.createRevision : first.revision + 1;
+  for (let attempt = 0; ; attempt++) {
+    const from = compactRevision + 1;
+    const lives: Incarnation[] = [];
+    let kept = 0;
+    let trimmed = false;
+    let open: Incarnation | undefined;
+    const onEvent = (e: WatchEvent, done: () => void) => {
+      if (e.kv.modRevision >= before) return done();
+      if (e.type === 'PUT') {
+        if (!open) lives.push((open = { createRevision: e.kv.version === 1 ? e.kv.modRevision : 0, deleteRevision: 0, revisions: [] }));
+        open.revisions.push(e.kv);
+        // Bounded memory on a key with a long past: the oldest go once twice the limit is held.
+        if (++kept >= 2 * limit) {
+          kept -= dropOldest(lives, kept - limit);
+          trimmed = true;
+        }
+      } else {
+        // A DELETE with no PUT seen: its incarnation's versions are all below the compact revision.
+        (open ?? (lives.push({ createRevision: 0, deleteRevision: 0, revisions: [] }), lives.at(-1)!)).deleteRevision = e.kv.modRevision;
+        open = undefined;
+      }
+    };
+    try {
+      if (from < before) await watchKey(etcd, token, key, from, EARLIER_MS, onEvent, before - 1);
+    } catch (err) {
+      if (attempt === 0 && err instanceof EtcdError && /compacted/.test(err.message)) {
+        compactRevision = Math.max(compactRevision + 1, await freshCompact());
+        continue;
+      }
+      throw err;
+    }
+    if (kept > limit) {
+      dropOldest(lives, kept - limit);
+      trimmed = true;
+    }
+    // Below a compaction the key may have had lives no read can find any more.
+    const end = trimmed ? 'limit' : compactRevision > 0 ? 'compacted' : 'complete';
+    const incarnations = lives.reverse().map((i) => ({ ...i, revisions: i.revisions.reverse() }));
+    return { revision: first.revision, compactRevision, before, incarnations, end };
+  }
+}
+
+/** Removes the `n` oldest versions (oldest incarnations first, emptied ones too); returns n. */
+function dropOldest(lives: Incarnation[], n: number): number {
+  let left = n;
+  while (left > 0 && lives.length) {
+    const i = lives[0]!;
+    const cut = Math.min(left, i.revisions.length);
+    i.revisions.splice(0, cut);
+    left -= cut;
+    if (i.revisions.length === 0) lives.shift();
+  }
+  return n - left;
 }

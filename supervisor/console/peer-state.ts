@@ -1,7 +1,8 @@
 // This node's replication state from its peer agent (Agent.State on run/peer.sock, the stream
 // the gateway follows): role, term, whether a follower is in sync with its leader, why writes
-// cannot be served, and whether a leader is degraded. Read once per Cluster view: the first
-// message of the stream, then the call is cancelled.
+// cannot be served, and whether the leader is degraded and why (on a follower, as the leader
+// tells its followers). Read once per Cluster view: the first message of the stream, then the
+// call is cancelled.
 import * as grpc from '@grpc/grpc-js';
 import { socketPath, type Config } from '../../shared/config.js';
 import { service, num } from '../../shared/proto/index.js';
@@ -13,6 +14,8 @@ export interface PeerState {
   inSync: boolean;
   reason: string;
   degraded: boolean;
+  /** Why the leader's replication is degraded ('' when it is not): this node's, or its leader's. */
+  leaderDegraded: string;
 }
 
 const ROLES = ['unknown', 'leader', 'follower'] as const;
@@ -32,7 +35,7 @@ export function readPeerState(cfg: Config, ms = 1500): Promise<PeerState> {
       else resolve(s!);
     };
     call.on('data', (s: any) =>
-      finish(undefined, { role: ROLES[s.role as number] ?? 'unknown', term: num(s.term), leader: s.leader?.nodeId ?? '', inSync: !!s.inSync, reason: s.reason ?? '', degraded: !!s.degraded }),
+      finish(undefined, { role: ROLES[s.role as number] ?? 'unknown', term: num(s.term), leader: s.leader?.nodeId ?? '', inSync: !!s.inSync, reason: s.reason ?? '', degraded: !!s.degraded, leaderDegraded: s.leaderDegraded ?? '' }),
     );
     call.on('error', (err: grpc.ServiceError) => finish(new Error(`peer agent: ${err.details || err.message}`)));
     call.on('end', () => finish(new Error('peer agent: the State stream ended without a message')));

@@ -33,6 +33,8 @@ export interface Subscriber {
   ready?(): boolean;
   /** The watcher's next revision was compacted away; the watcher is removed. */
   compacted(compactRevision: number): void;
+  /** The watcher caught up: it gets each new revision live from now on. */
+  synced?(): void;
 }
 
 /** etcd's watchBatchMaxRevs: revisions per catch-up response. */
@@ -235,6 +237,7 @@ export class Hub {
   private addSynced(w: Watcher): void {
     w.synced = true;
     this.synced.add(w.range, w);
+    w.sub.synced?.();
   }
 
   private addUnsynced(w: Watcher): void {

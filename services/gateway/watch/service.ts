@@ -76,12 +76,18 @@ class StreamWatcher implements Subscriber {
   compacted(compactRevision: number): void {
     this.stream.compacted(this, compactRevision);
   }
+
+  synced(): void {
+    this.stream.answerProgress();
+  }
 }
 
 type Call = ServerCall<WatchRequest, Buffer>;
 
 class WatchStream {
   private readonly watchers = new Map<number, StreamWatcher>();
+  /** Progress requests' revisions, answered once the stream's watchers are synced. */
+  private readonly progressWaiting: number[] = [];
   private nextId = 0;
   private closed = false;
   private readonly ticker: NodeJS.Timeout;
@@ -154,12 +160,28 @@ class WatchStream {
     sw.watcher.cancel();
     this.watchers.delete(id);
     this.write({ header: this.node.header(this.hub.storeRevision()), watchId: id, canceled: true });
+    this.answerProgress();
   }
 
-  /** A progress request: the store revision, once every event up to it has been sent. */
+  /**
+   * A progress request: the store revision, once every event up to it has been sent on this
+   * stream: live watchers reached it, and none of the stream's is still reading history (it
+   * would send older events after the answer; etcd waits for that too since 3.5.8, #15220).
+   */
   private progress(): void {
     const rev = this.hub.storeRevision();
-    this.hub.afterRevision(rev, () => this.write({ header: this.node.header(rev), watchId: -1 }));
+    this.hub.afterRevision(rev, () => {
+      this.progressWaiting.push(rev);
+      this.answerProgress();
+    });
+  }
+
+  /** Sends the progress answers waiting, once every watcher of the stream has caught up. */
+  answerProgress(): void {
+    if (this.progressWaiting.length === 0) return;
+    // (A watcher the hub is creating has none yet: it is synced, as it is being told.)
+    for (const sw of this.watchers.values()) if (sw.watcher && !sw.watcher.synced) return;
+    for (const rev of this.progressWaiting.splice(0)) this.write({ header: this.node.header(rev), watchId: -1 });
   }
 
   /** progress_notify: a watcher that got no events since the last tick learns the revision. */
@@ -193,6 +215,7 @@ class WatchStream {
     this.watchers.delete(sw.id);
     // etcd 3.4's compaction cancel: header revision 0, compact_revision, no cancel_reason.
     this.write({ header: this.node.header(0), watchId: sw.id, canceled: true, compactRevision });
+    this.answerProgress();
   }
 
   close(): void {
