@@ -13,7 +13,7 @@ export interface Attachment {
   prepare?(ctx: { options: ResolvedOptions; log: Logger; tracing: Tracing }): Promise<EngineOptions | void>;
   /** Once the engine is open, before open() resolves. */
   start?(host: Host): Promise<void>;
-  /** At close() (and when open() fails after start), before the engine closes; in reverse order. */
+  /** At close() (and when open() fails after prepare), before the engine closes; in reverse order. A prepare that throws cleans up itself. */
   stop?(): Promise<void>;
 }
 

@@ -53,7 +53,6 @@ export function checkOptions(o: OpenOptions): ResolvedOptions {
   if (!given(o.peerListen)) for (const k of needsCluster) if (given(o[k])) fail(`${k} needs peerListen (cluster mode)`);
 
   // The parts later helpers add (embed/object-store.ts, embed/cluster.ts) replace these refusals.
-  if (given(o.objectStore)) fail('objectStore is not supported yet');
   if (given(o.peerListen)) fail('peerListen is not supported yet');
 
   return {

@@ -26,14 +26,15 @@ import { checkOptions, type ResolvedOptions } from './check-options.js';
 import type { OpenOptions } from './options.js';
 import { localRoutes, type Host } from './host.js';
 import type { Attachment } from './attachment.js';
+import { objectStoreAttachment } from './object-store.js';
 import { Spans } from './spans.js';
 import { EmbeddedNode } from './embedded-node.js';
 import type { Node } from './node.js';
 import { KvsError } from './errors.js';
 
 /** The attachments `options` ask for. */
-function attachments(_options: ResolvedOptions): Attachment[] {
-  return [];
+function attachments(options: ResolvedOptions): Attachment[] {
+  return options.objectStore ? [objectStoreAttachment()] : [];
 }
 
 /**
@@ -80,13 +81,14 @@ export async function open(options: OpenOptions): Promise<Node> {
     const tracing = await tracingOver(provider.getTracer('kvs'));
     const parts = attachments(opts);
     let engineOptions: EngineOptions = { tracing };
-    for (const a of parts) engineOptions = { ...engineOptions, ...((await a.prepare?.({ options: opts, log, tracing })) ?? {}) };
+    for (const a of parts) {
+      engineOptions = { ...engineOptions, ...((await a.prepare?.({ options: opts, log, tracing })) ?? {}) };
+      // Prepared is started: what it opened (the object store, the archiver) is stopped if the rest fails.
+      started.push(a);
+    }
     engine = openStorageEngine(opts.dataDir, log, engineOptions);
     const host: Host = { engine, log, routes: localRoutes(engine) };
-    for (const a of parts) {
-      started.push(a);
-      await a.start?.(host);
-    }
+    for (const a of parts) await a.start?.(host);
     housekeeping = startHousekeeping(engine, log, {
       autoCompact: opts.autoCompact,
       cluster: engineOptions.cluster !== undefined,

@@ -21,6 +21,8 @@ export interface ObjectStoreLocation {
   endpoint?: string;
   /** S3 only: explicit credentials instead of KVS_S3_* and the AWS SDK's chain. */
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** S3 only: the region; default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  region?: string;
 }
 
 /** Where a node's object store is: a location, or an object implementing kvs's ObjectStore interface. */

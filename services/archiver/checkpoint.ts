@@ -44,6 +44,16 @@ export interface CheckpointOptions {
    * not reliable: it writes after the same newer-or-not check, unconditionally.
    */
   guardLatest?: boolean;
+  /**
+   * The database as storage has it open in this process (an embedded node): copied through
+   * that environment. Without it, a read-only environment is opened for the copy and closed.
+   */
+  live?: LiveDatabase;
+}
+
+/** What a checkpoint needs of an open LMDB environment: its copy (mdb_env_copy). */
+export interface LiveDatabase {
+  backup(path: string, compact: boolean): Promise<void>;
 }
 
 export interface CheckpointResult {
@@ -62,11 +72,14 @@ export async function takeCheckpoint(store: ObjectStore, dataDir: string, opts: 
   fs.rmSync(scratch, { recursive: true, force: true });
   fs.mkdirSync(dbPath(scratch), { recursive: true });
   try {
-    const live = openMvcc(dataDir, { readOnly: true });
-    try {
-      await live.env.backup(dbPath(scratch), false);
-    } finally {
-      await live.env.close();
+    if (opts.live) await opts.live.backup(dbPath(scratch), false);
+    else {
+      const live = openMvcc(dataDir, { readOnly: true });
+      try {
+        await live.env.backup(dbPath(scratch), false);
+      } finally {
+        await live.env.close();
+      }
     }
     const meta = await readDbMeta(scratch);
     if (opts.previous && opts.previous.appliedIndex === meta.appliedIndex) {

@@ -1,21 +1,21 @@
-// The archiver's side of the WAL upload stream: chunks arrive in index order and are stored as
+// The archiver's WAL uploads: chunks arrive in index order and are stored as
 // wal/<first>-<last>[.t<term>].wal, one at a time, each acknowledged once stored. A chunk the object
 // store already holds (storage resending after a reconnect) is acknowledged without a write, so
 // no WAL object is ever written twice; create-if-absent guards the rest. A failing upload is
-// retried with backoff for as long as it takes, and reported to storage meanwhile.
-import type * as grpc from '@grpc/grpc-js';
+// retried with backoff for as long as it takes, and reported meanwhile (`onReport`: the
+// process host tells storage over its Upload stream, archive.ts resolves in-process waiters).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import { walKey } from '../../shared/objectstore/layout.js';
 import type { Logger } from '../../shared/log.js';
-import { num } from '../../shared/proto/index.js';
 import * as M from '../../shared/metrics.js';
 
-interface WalChunk {
-  firstIndex: unknown;
-  lastIndex: unknown;
-  frames: Buffer;
-  term: unknown;
+/** Where the uploads stand: sent to storage after an upload, a checkpoint, or an error. */
+export interface UploadProgress {
+  uploadedThrough: number;
+  checkpointIndex: number;
+  /** Why uploads are failing now ('' while they work). */
+  error: string;
 }
 
 const BACKOFF_START_MS = 100;
@@ -27,7 +27,6 @@ export class WalUploader {
   checkpointIndex: number;
   readonly stats = { uploads: 0, errors: 0, conflicts: 0 };
   lastError = '';
-  private stream: grpc.ServerDuplexStream<WalChunk, unknown> | undefined;
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
   /** The term of the chunks uploaded last, and whether uploadedThrough must be read again for a new one. */
@@ -50,35 +49,29 @@ export class WalUploader {
     this.checkpointIndex = start.checkpointIndex;
   }
 
-  /** One storage process at a time: a new stream (storage reconnected) replaces the old one. */
-  serve(call: grpc.ServerDuplexStream<WalChunk, unknown>): void {
-    if (this.stream && this.stream !== call) this.stream.end();
-    this.stream = call;
-    this.report();
-    call.on('data', (c: WalChunk) => {
-      const first = num(c.firstIndex as number);
-      const last = num(c.lastIndex as number);
-      const term = num(c.term as number) || this.singleNodeTerm;
-      this.chain = this.chain.then(() => this.upload(first, last, c.frames, term)).then(
-        () => this.report(),
-        (err: Error) => this.log.warn({ err: err.message, first, last }, 'WAL chunk not uploaded'),
-      );
-    });
-    call.on('end', () => call.end());
-    call.on('error', (err) => this.log.debug({ err: err.message }, 'upload stream closed'));
-    call.on('close', () => {
-      if (this.stream === call) this.stream = undefined;
-    });
+  /** Called with every report (after an upload, a checkpoint, or an error). */
+  onReport: (p: UploadProgress) => void = () => {};
+
+  /**
+   * Queues records first..last for upload after the chunks queued before; resolves once they
+   * are stored (or were already), rejects only when the archiver stops first or `frames` cannot
+   * be read (a sealed segment that vanished). A term of 0 is a single node's.
+   */
+  submit(first: number, last: number, frames: () => Buffer, term: number): Promise<void> {
+    const done = this.chain.then(() => this.upload(first, last, frames, term || this.singleNodeTerm));
+    this.chain = done.then(
+      () => this.report(),
+      (err: Error) => this.log.warn({ err: err.message, first, last }, 'WAL chunk not uploaded'),
+    );
+    return done;
   }
 
-  /** Tells storage where things stand (after an upload, a checkpoint, or an error). */
+  /** Tells the listener where things stand. */
   report(error = ''): void {
-    const s = this.stream;
-    if (!s || s.destroyed || !s.writable) return;
-    s.write({ uploadedThrough: this.uploadedThrough, checkpointIndex: this.checkpointIndex, error });
+    this.onReport({ uploadedThrough: this.uploadedThrough, checkpointIndex: this.checkpointIndex, error });
   }
 
-  private async upload(first: number, last: number, frames: Buffer, term: number): Promise<void> {
+  private async upload(first: number, last: number, read: () => Buffer, term: number): Promise<void> {
     if (term !== this.term) {
       // A new leader's term: where the history ends is read again, as it may be lower than what
       // this archiver uploaded under an earlier term (cut where the newer terms began).
@@ -110,6 +103,7 @@ export class WalUploader {
       backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
     }
     if (last <= this.uploadedThrough) return;
+    const frames = read();
     const key = walKey(BigInt(first), BigInt(last), term);
     for (;;) {
       if (this.closed) throw new Error('archiver stopping');
@@ -184,7 +178,6 @@ export class WalUploader {
   /** Finishes the upload in progress (or gives up on a retrying one), then stops. */
   async close(): Promise<void> {
     this.closed = true;
-    this.stream?.end();
     await this.chain;
   }
 }

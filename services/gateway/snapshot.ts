@@ -6,10 +6,11 @@
 // The file is etcd's own format (a bbolt database in etcd 3.4's schema,
 // shared/etcd-snapshot/write.ts), so `etcdctl snapshot status` and `snapshot restore` read it
 // and an etcd started on the restored directory serves kvs's keys, history, leases and users.
-// A worker thread (snapshot-thread.ts, kept between calls) writes it into the data
-// directory's tmp/ from one read transaction (consistent, and the storage process's writes go
-// on), then it is streamed from there, so a slow client holds a file open, not a read
-// transaction.
+// A worker thread (snapshot-thread.ts, started with the gateway and kept between calls) writes
+// it into the data directory's tmp/ from one read transaction (consistent, and the storage
+// process's writes go on), front to back after a dry run that computes its layout (the first
+// page names the last), and it is streamed from there while it is written: the stream starts
+// after the dry run, and a slow client holds a file open, not a read transaction.
 import { createHash } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
@@ -89,32 +90,80 @@ class SnapshotThreads {
 
 const threads = new Map<string, SnapshotThreads>();
 
+function pool(dataDir: string): SnapshotThreads {
+  let p = threads.get(dataDir);
+  if (!p) threads.set(dataDir, (p = new SnapshotThreads(dataDir)));
+  return p;
+}
+
+/**
+ * Starts the snapshot thread of `dataDir` ahead of the first call (the gateway does at start):
+ * its code loaded and the database open, a first snapshot costs no more than later ones. It
+ * waits on its message port, unref'd, holding no read snapshot.
+ */
+export function prestartSnapshotThread(dataDir: string): void {
+  const p = pool(dataDir);
+  p.give(p.take());
+}
+
+/** A file being written by a snapshot thread: its size, then how much of it is written. */
+class ExportInProgress {
+  /** The file's size, once the thread has computed its layout. */
+  size: number | undefined;
+  written = 0;
+  summary: (ExportSummary & { bytes: number }) | undefined;
+  /** When the thread had written the whole file (Date.now()). */
+  doneAt = 0;
+  error: Error | undefined;
+  private wake: (() => void) | undefined;
+
+  update(fn: () => void): void {
+    fn();
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+
+  /** Resolves once `ready()` holds; rejects with the thread's error. */
+  async until(ready: () => boolean): Promise<void> {
+    for (;;) {
+      if (this.error) throw this.error;
+      if (ready()) return;
+      await new Promise<void>((resolve) => (this.wake = resolve));
+    }
+  }
+}
+
 /** Writes the etcd snapshot file of the database in `dataDir` on a worker thread. */
-function exportSnapshot(dataDir: string, job: SnapshotJob, cancelled: { on(fn: () => void): void }): Promise<ExportSummary & { bytes: number }> {
-  let pool = threads.get(dataDir);
-  if (!pool) threads.set(dataDir, (pool = new SnapshotThreads(dataDir)));
-  const w = pool.take();
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    const settle = (fn: () => void, reusable: boolean) => {
-      if (settled) return;
-      settled = true;
-      w.off('message', onMessage);
-      w.off('error', onError);
-      w.off('exit', onExit);
-      if (reusable) pool!.give(w);
-      else void w.terminate();
-      fn();
-    };
-    const onMessage = (r: SnapshotReply) => settle(() => ('ok' in r ? resolve(r.ok) : reject(new Error(r.error))), true);
-    const onError = (err: Error) => settle(() => reject(err), false);
-    const onExit = (code: number) => settle(() => reject(new Error(`the snapshot thread exited with code ${code}`)), false);
-    w.on('message', onMessage);
-    w.on('error', onError);
-    w.on('exit', onExit);
-    cancelled.on(() => settle(() => reject(new Error('cancelled')), false));
-    w.postMessage(job satisfies SnapshotJob);
-  });
+function exportSnapshot(dataDir: string, job: SnapshotJob, cancelled: { on(fn: () => void): void }): ExportInProgress {
+  const threads = pool(dataDir);
+  const w = threads.take();
+  const progress = new ExportInProgress();
+  let settled = false;
+  const settle = (fn: () => void, reusable: boolean) => {
+    if (settled) return;
+    settled = true;
+    w.off('message', onMessage);
+    w.off('error', onError);
+    w.off('exit', onExit);
+    if (reusable) threads.give(w);
+    else void w.terminate();
+    progress.update(fn);
+  };
+  const onMessage = (r: SnapshotReply) => {
+    if ('size' in r) progress.update(() => (progress.size = r.size));
+    else if ('written' in r) progress.update(() => (progress.written = r.written));
+    else if ('ok' in r) settle(() => ((progress.summary = r.ok), (progress.doneAt = Date.now())), true);
+    else settle(() => (progress.error = new Error(r.error)), true);
+  };
+  const onError = (err: Error) => settle(() => (progress.error = err), false);
+  const onExit = (code: number) => settle(() => (progress.error = new Error(`the snapshot thread exited with code ${code}`)), false);
+  w.on('message', onMessage);
+  w.on('error', onError);
+  w.on('exit', onExit);
+  cancelled.on(() => settle(() => (progress.error = new Error('cancelled')), false));
+  w.postMessage(job satisfies SnapshotJob);
+  return progress;
 }
 
 export async function streamSnapshot(dataDir: string, call: Call, log: Logger): Promise<void> {
@@ -129,16 +178,26 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
   const dir = fs.mkdtempSync(path.join(base, 'snapshot-'));
   const file = path.join(dir, 'db');
   const started = Date.now();
+  let fd: fs.promises.FileHandle | undefined;
   try {
-    const summary = await exportSnapshot(dataDir, { file }, { on: (fn) => onCancel.push(fn) });
-    if (cancelled) return;
-    const total = summary.bytes;
-    log.info({ bytes: total, revision: summary.revision, compactRevision: summary.compactRevision, changes: summary.changes, ms: Date.now() - started }, 'sending database snapshot (etcd format)');
+    const exp = exportSnapshot(dataDir, { file }, { on: (fn) => onCancel.push(fn) });
+    await exp.until(() => exp.size !== undefined);
+    const total = exp.size!;
+    const layoutMs = Date.now() - started;
+    log.info({ bytes: total, ms: layoutMs }, 'sending database snapshot (etcd format) as it is written');
+    fd = await fs.promises.open(file, 'r');
     const sha = createHash('sha256');
     let sent = 0;
     // Read in large pieces (one trip to the thread pool each), sent as etcd's 32 KiB messages.
-    for await (const chunk of fs.createReadStream(file, { highWaterMark: READ_BYTES })) {
-      const piece = chunk as Buffer;
+    // One buffer for every piece: call.write() serializes each message (a copy) before it
+    // returns, so nothing holds the last piece when the next is read.
+    const buffer = Buffer.allocUnsafe(READ_BYTES);
+    while (sent < total) {
+      await exp.until(() => exp.written > sent);
+      if (cancelled) return;
+      const piece = buffer.subarray(0, Math.min(READ_BYTES, exp.written - sent));
+      const { bytesRead } = await fd.read(piece, 0, piece.length, sent);
+      if (bytesRead !== piece.length) throw new Error(`the snapshot file ended at ${sent + bytesRead} of ${total} bytes`);
       sha.update(piece);
       for (let at = 0; at < piece.length; at += SNAPSHOT_CHUNK_BYTES) {
         if (cancelled) return;
@@ -147,15 +206,21 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
         await writeMessage(call, { remainingBytes: total - sent, blob });
       }
     }
+    // The thread's last word: the file it wrote has the layout it announced.
+    await exp.until(() => exp.summary !== undefined);
     if (cancelled) return;
     await writeMessage(call, { remainingBytes: 0, blob: sha.digest() });
     call.end();
-    log.info({ bytes: total, ms: Date.now() - started }, 'sent database snapshot and its sha256');
+    const summary = exp.summary!;
+    // layoutMs: until the stream started; writtenMs: until the file was written; ms: until sent.
+    const times = { layoutMs, writtenMs: exp.doneAt - started, ms: Date.now() - started };
+    log.info({ bytes: total, revision: summary.revision, compactRevision: summary.compactRevision, changes: summary.changes, ...times }, 'sent database snapshot and its sha256');
   } catch (err) {
     if (cancelled) return;
     log.error({ err }, 'snapshot failed');
     if (!cancelled) call.emit('error', { code: grpc.status.INTERNAL, details: `kvs: snapshot failed: ${(err as Error).message}` });
   } finally {
+    await fd?.close();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -11,6 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/plumbing.js';
 import type { Logger } from '../../shared/log.js';
+import type { Archive } from '../../shared/objectstore/archive.js';
 
 interface Progress {
   uploadedThrough: unknown;
@@ -35,7 +36,7 @@ const ArchiverClient = grpc.makeGenericClientConstructor(service('kvs.archiver.A
 /** After this long without progress on the oldest chunk, the stall is logged (then every 10 s). */
 const STALL_LOG_MS = 5000;
 
-export class ArchiverLink {
+export class ArchiverLink implements Archive {
   private readonly client: grpc.Client & Record<string, any>;
   private stream: grpc.ClientDuplexStream<unknown, Progress> | undefined;
   private connected = false;

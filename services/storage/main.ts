@@ -14,7 +14,8 @@ import { openEngine, openWal } from './engine/open.js';
 import { storageServer } from './server.js';
 import { applyAuthFlag } from './auth/startup.js';
 import { ArchiverLink } from './archiver-link.js';
-import { uploadSegment, uploadWalTail } from './wal-upload.js';
+import { archivedEngineOptions, uploadWalTail } from './wal-upload.js';
+import type { Archive } from '../../shared/objectstore/archive.js';
 import { openStorageDb, startHousekeeping } from './host.js';
 import { startTracing } from '../../shared/tracing.js';
 
@@ -31,7 +32,7 @@ export async function runStorage(cfg: Config): Promise<void> {
   const db = openStorageDb(cfg.dataDir);
   const link = cfg.s3Bucket ? new ArchiverLink(socketPath(cfg.dataDir, 'archiver'), log) : undefined;
   const cluster = clusterMode(cfg);
-  const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened) : link ? await archivedEngineOptions(cfg, link, log) : {};
+  const opts = cluster ? await clusterEngineOptions(cfg, link!, log, () => opened) : link ? await archivedEngineOptions(link, cfg, log, reportState) : {};
   if (!link) reportState('replaying the WAL');
   const engine = openEngine(db, cfg.dataDir, log, { ...opts, tracing, tokenTtlMs: cfg.tokenTtl * 1000, writePipeline: cfg.writePipeline });
   opened = engine;
@@ -78,28 +79,6 @@ export async function runStorage(cfg: Config): Promise<void> {
 }
 
 /**
- * With an object store: first the archiver's position, then the local WAL it lacks. In sync
- * mode that tail is uploaded before the replay makes it visible, and every batch is uploaded
- * before it is applied; in async mode segments are uploaded as they are sealed.
- */
-async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logger): Promise<EngineOptions> {
-  reportState('waiting for the archiver');
-  await link.ready();
-  const archivedThrough = () => link.archivedThrough;
-  if (cfg.walSyncUpload) {
-    const wal = openWal(cfg.dataDir, log);
-    reportState('uploading the local WAL the object store lacks');
-    await uploadWalTail(wal, link, log);
-    reportState('replaying the WAL');
-    return { wal, archivedThrough, upload: (first, last, frames) => link.upload(first, last, () => frames) };
-  }
-  const wal = openWal(cfg.dataDir, log, { onSeal: (seg) => uploadSegment(seg, link, log) });
-  for (const seg of wal.sealedSegments()) uploadSegment(seg, link, log);
-  wal.seal(); // what a previous run left in the active segment is sealed (onSeal uploads it)
-  return { wal, archivedThrough };
-}
-
-/**
  * Cluster mode: uploads are asynchronous and made only while this node leads (at each seal,
  * the WAL through what is committed, and at election what the object store lacks); a
  * follower's WAL is trimmed once LMDB holds it and it is older than the last
@@ -107,7 +86,7 @@ async function archivedEngineOptions(cfg: Config, link: ArchiverLink, log: Logge
  * before the followers' ACKs): those wait for a later upload. Uploaded, they would be history
  * to a node that catches up from the store, though this leader may never acknowledge them.
  */
-async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger, engine: () => Engine | undefined): Promise<EngineOptions> {
+async function clusterEngineOptions(cfg: Config, link: Archive, log: Logger, engine: () => Engine | undefined): Promise<EngineOptions> {
   reportState('waiting for the archiver');
   await link.ready();
   const leading = () => engine()?.role === 'leader';
@@ -136,7 +115,7 @@ async function clusterEngineOptions(cfg: Config, link: ArchiverLink, log: Logger
  * no longer reaches back to the store's position, a checkpoint covers the gap first (an
  * uploaded WAL with a hole would be refused, and a restore could not cross it).
  */
-async function uploadAsNewLeader(engine: Engine, link: ArchiverLink, log: Logger): Promise<void> {
+async function uploadAsNewLeader(engine: Engine, link: Archive, log: Logger): Promise<void> {
   const wal = engine.wal;
   // What the WAL holds now is committed (a new leader applied its staged entries first). Not
   // what it holds after the checkpoint below: this term's batches then in flight may still be

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BoltWriteError, BUCKET_LEAF_FLAG, MAGIC, PAGE_HEADER_BYTES, PageFlag, fnv64a, writeBoltFile } from './write.js';
+import { BoltWriteError, BoltWriter, BUCKET_LEAF_FLAG, MAGIC, PAGE_HEADER_BYTES, PageFlag, fnv64a, writeBoltFile, type BucketEntries } from './write.js';
 
 const PAGE = 4096;
 const page = (file: Buffer, id: number) => file.subarray(id * PAGE, (id + 1) * PAGE);
@@ -67,9 +67,96 @@ test('a bucket above a quarter page gets its own pages; an element larger than a
   assert.deepEqual(leafElements(big)[0]!.value, entries[1][1]);
 });
 
-test('keys and buckets out of order are refused', () => {
+test('keys out of order and a bucket twice are refused', () => {
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('2'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), BoltWriteError);
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.from('1'), Buffer.alloc(0)], [Buffer.from('1'), Buffer.alloc(0)]] }]), /keys out of order \(31 after 31\)/);
-  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [] }, { name: Buffer.from('a'), entries: [] }]), /buckets must come in name order/);
+  assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [] }, { name: Buffer.from('b'), entries: [] }]), /bucket b twice/);
   assert.throws(() => writeBoltFile([{ name: Buffer.from('b'), entries: [[Buffer.alloc(0), Buffer.alloc(0)]] }]), /an empty key/);
+});
+
+/** Buckets of every shape: empty, inline, one leaf, overflowing values, three tree levels. */
+function variedBuckets(seed: number): { name: Buffer; entries: BucketEntries }[] {
+  let x = seed;
+  const rand = (n: number) => ((x = (x * 1103515245 + 12345) % 2 ** 31) % n);
+  const sized = (count: number, maxValue: number) => {
+    const entries: [Buffer, Buffer][] = [];
+    for (let i = 0; i < count; i++) {
+      const k = Buffer.alloc(8 + rand(3));
+      k.writeUInt32BE(i, 0);
+      entries.push([k, Buffer.alloc(rand(maxValue), i % 251)]);
+    }
+    return entries;
+  };
+  return [
+    { name: Buffer.from('a-empty'), entries: [] },
+    { name: Buffer.from('b-inline'), entries: sized(3, 40) },
+    { name: Buffer.from('c-big-values'), entries: sized(30, 20_000) },
+    { name: Buffer.from('d-deep'), entries: sized(40_000, 120) },
+    { name: Buffer.from('e-leaf'), entries: sized(20, 100) },
+  ];
+}
+
+test('a dry run gives the layout of the file; a writer given it writes the same file front to back', () => {
+  for (const seed of [1, 2, 3]) {
+    const buckets = variedBuckets(seed);
+    const expected = writeBoltFile(buckets);
+    const dry = new BoltWriter(() => assert.fail('a dry run produces no pages'), { dryRun: true });
+    for (const b of buckets) dry.bucket(b.name, b.entries);
+    const layout = dry.finish();
+    assert.deepEqual(layout, { bytes: expected.length, pages: meta(page(expected, 1)).pgid, root: meta(page(expected, 1)).root });
+    assert.ok(layout.root > 3 && layout.pages > 300, `seed ${seed}: a tree of several levels (${layout.pages} pages)`);
+
+    const pieces: Buffer[] = [];
+    let next = 0;
+    const front = new BoltWriter((pgid, bytes) => {
+      assert.equal(pgid * PAGE, next, 'every piece starts where the last ended');
+      next += bytes.length;
+      pieces.push(Buffer.from(bytes));
+    }, { layout, chunkBytes: 64 * 1024 });
+    assert.equal(next, 3 * PAGE, 'the meta pages and the free list are written first');
+    for (const b of buckets) front.bucket(b.name, b.entries);
+    assert.deepEqual(front.finish(), layout);
+    assert.ok(Buffer.concat(pieces).equals(expected), `seed ${seed}: the same bytes`);
+  }
+});
+
+test('a writer given a layout refuses contents whose layout differs', () => {
+  const buckets = variedBuckets(4);
+  const dry = new BoltWriter(() => {}, { dryRun: true });
+  for (const b of buckets) dry.bucket(b.name, b.entries);
+  const layout = dry.finish();
+  const w = new BoltWriter(() => {}, { layout });
+  for (const b of buckets.slice(0, -1)) w.bucket(b.name, b.entries);
+  assert.throws(() => w.finish(), /the contents differ from those of the dry run/);
+  assert.throws(() => new BoltWriter(() => {}, { layout: { root: 9, pages: 5 } }), /not a layout/);
+});
+
+test('a dry run forked inside a bucket and continued gives the layout of all the entries at once; buckets in any order', () => {
+  const [, , , deep, leaf] = variedBuckets(5);
+  const all = [...(deep!.entries as Iterable<readonly [Uint8Array, Uint8Array]>)];
+  const whole = new BoltWriter(() => {}, { dryRun: true });
+  whole.bucket(deep!.name, all);
+  whole.bucket(leaf!.name, leaf!.entries);
+  const expected = whole.finish();
+
+  const first = new BoltWriter(() => {}, { dryRun: true });
+  const put = first.beginBucket(deep!.name);
+  for (const [k, v] of all.slice(0, 25_000)) put(k, v);
+  const kept = first.fork();
+  for (const [k, v] of all.slice(25_000, 30_000)) put(k, v);
+  first.endBucket();
+  assert.notDeepEqual(first.finish(), expected, 'the first run ends with fewer entries');
+  const later = kept.fork();
+  const more = later.putEntry();
+  for (const [k, v] of all.slice(25_000)) more(k, v);
+  later.endBucket();
+  later.bucket(leaf!.name, leaf!.entries);
+  assert.deepEqual(later.finish(), expected);
+
+  // The bucket written first holds the first pages; the root bucket lists the names in order.
+  const file = writeBoltFile([leaf!, deep!]);
+  const root = leafElements(page(file, meta(page(file, 1)).root));
+  assert.deepEqual(root.map((e) => e.key.toString()), [deep!.name.toString(), leaf!.name.toString()]);
+  assert.equal(root[1]!.value.readBigUInt64LE(0), 3n, 'the bucket written first is on page 3');
+  assert.throws(() => new BoltWriter(() => {}).fork(), /only an unfinished dry run can be forked/);
 });

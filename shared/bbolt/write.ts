@@ -3,6 +3,12 @@
 // the caller writes (in increasing page order, data pages first, the two meta pages last),
 // and memory stays at a few pages per tree level however large the buckets are.
 //
+// The meta pages name the root page and the page count, so they can only be written first
+// when the layout is known in advance: a dry run (`dryRun`) over the same contents computes it
+// without producing pages (the layout depends only on the sizes of keys and values), and a
+// writer given that `layout` writes the meta pages and the free list first, so the file is
+// produced front to back and can be read (streamed) while it is written.
+//
 // The layout (bbolt's page.go, db.go, bucket.go; little-endian as on amd64 and arm64):
 //   page       id u64, flags u16, count u16, overflow u32 (16 bytes), then its elements;
 //              a page longer than pageSize takes `overflow` more pages after it
@@ -82,20 +88,35 @@ export function metaPage(pageSize: number, root: number, pgidCount: number, txid
   return p;
 }
 
-/** Buffers whole pages and hands them to the sink in large contiguous runs. */
+/** The first three pages: both metas (the newer one at txid % 2) and the empty free list. */
+function headPages(pageSize: number, root: number, pages: number, txidOption: number | undefined): Buffer {
+  const txid = Math.max(1, txidOption ?? 1);
+  const older = metaPage(pageSize, root, pages, txid - 1);
+  const newer = metaPage(pageSize, root, pages, txid);
+  const freelist = Buffer.alloc(pageSize);
+  writePageHeader(freelist, FREELIST_PGID, PageFlag.freelist, 0, 0);
+  return Buffer.concat(txid % 2 === 1 ? [older, newer, freelist] : [newer, older, freelist]);
+}
+
+/** Buffers whole pages and hands them to the sink in large contiguous runs (none in a dry run). */
 class PageOut {
   next = FIRST_DATA_PGID;
   private buf: Buffer;
   private used = 0;
   private first = FIRST_DATA_PGID;
 
-  constructor(private readonly sink: PageSink, private readonly pageSize: number, chunkBytes: number) {
-    this.buf = Buffer.allocUnsafe(Math.max(chunkBytes, pageSize));
+  constructor(private readonly sink: PageSink, private readonly pageSize: number, chunkBytes: number, readonly dry: boolean) {
+    this.buf = Buffer.allocUnsafe(dry ? 0 : Math.max(chunkBytes, pageSize));
   }
 
-  /** Room for a page of `bytes` at the next pgid: returns [pgid, the page's bytes (zeroed)]. */
-  reserve(bytes: number): { pgid: number; page: Buffer; pages: number } {
+  /** Room for a page of `bytes` at the next pgid: returns [pgid, the page's bytes (zeroed; none in a dry run)]. */
+  reserve(bytes: number): { pgid: number; page: Buffer | undefined; pages: number } {
     const pages = Math.ceil(bytes / this.pageSize);
+    if (this.dry) {
+      const pgid = this.next;
+      this.next += pages;
+      return { pgid, page: undefined, pages };
+    }
     const len = pages * this.pageSize;
     if (this.used + len > this.buf.length) {
       this.flush();
@@ -107,6 +128,14 @@ class PageOut {
     const pgid = this.next;
     this.next += pages;
     return { pgid, page, pages };
+  }
+
+  /** A copy of a dry run's position (a dry run holds no pages). */
+  forkDry(): PageOut {
+    if (!this.dry) throw new BoltWriteError('only a dry run can be forked');
+    const copy = new PageOut(this.sink, this.pageSize, 0, true);
+    copy.next = this.next;
+    return copy;
   }
 
   flush(): void {
@@ -125,7 +154,21 @@ function writePageHeader(page: Buffer, pgid: number, flags: number, count: numbe
   page.writeUInt32LE(overflow, 12);
 }
 
-/** Keys, sizes and data of the elements of one page being filled. */
+/**
+ * Whether `key` sorts after prev[0 .. prevLength) in byte order. A loop rather than
+ * Buffer.compare: this runs once per entry, and for short keys the native call's checks cost
+ * more than the comparison.
+ */
+function ascends(prev: Uint8Array, prevLength: number, key: Uint8Array): boolean {
+  const n = Math.min(prevLength, key.length);
+  for (let i = 0; i < n; i++) {
+    const d = key[i]! - prev[i]!;
+    if (d !== 0) return d > 0;
+  }
+  return key.length > prevLength;
+}
+
+/** Keys, sizes and data of the elements of one page being filled (sizes only in a dry run). */
 class PendingPage {
   count = 0;
   /** Bytes of the page so far: header, elements, data. */
@@ -134,18 +177,47 @@ class PendingPage {
   vsizes: number[] = [];
   flags: number[] = [];
   pgids: number[] = [];
-  data: Buffer = Buffer.allocUnsafe(8192);
+  data: Buffer;
   dataLen = 0;
   firstKey: Buffer | undefined;
 
+  constructor(private readonly dry: boolean) {
+    this.data = Buffer.allocUnsafe(dry ? 0 : 8192);
+  }
+
+  /** A copy of a dry run's page (sizes and the first key only). */
+  cloneDry(): PendingPage {
+    const c = new PendingPage(true);
+    c.count = this.count;
+    c.size = this.size;
+    c.ksizes = [...this.ksizes];
+    c.vsizes = [...this.vsizes];
+    c.flags = [...this.flags];
+    c.pgids = [...this.pgids];
+    c.firstKey = this.firstKey;
+    return c;
+  }
+
   add(key: Uint8Array, value: Uint8Array | undefined, flags: number, pgid: number, vlen = value ? value.length : 0): void {
+    if (this.count === 0) this.firstKey = Buffer.from(key);
+    // A dry run keeps only what shapes the layout: the sizes and the first key (its length is
+    // a branch element's size).
+    if (!this.dry) this.copyIn(key, value, vlen);
+    this.ksizes.push(key.length);
+    this.vsizes.push(vlen);
+    this.flags.push(flags);
+    this.pgids.push(pgid);
+    this.count++;
+    this.size += ELEMENT_BYTES + key.length + vlen;
+  }
+
+  private copyIn(key: Uint8Array, value: Uint8Array | undefined, vlen: number): void {
     const need = this.dataLen + key.length + vlen;
     if (need > this.data.length) {
       const grown = Buffer.allocUnsafe(Math.max(need, this.data.length * 2));
       this.data.copy(grown, 0, 0, this.dataLen);
       this.data = grown;
     }
-    if (this.count === 0) this.firstKey = Buffer.from(key);
     this.data.set(key, this.dataLen);
     this.dataLen += key.length;
     if (value) {
@@ -154,12 +226,6 @@ class PendingPage {
       this.data.set(vlen === 0 ? EMPTY : new Uint8Array(value.buffer, value.byteOffset, vlen), this.dataLen);
       this.dataLen += vlen;
     }
-    this.ksizes.push(key.length);
-    this.vsizes.push(vlen);
-    this.flags.push(flags);
-    this.pgids.push(pgid);
-    this.count++;
-    this.size += ELEMENT_BYTES + key.length + vlen;
   }
 
   clear(): void {
@@ -199,22 +265,35 @@ class PendingPage {
 
 /** One bucket's tree, filled in key order: a pending leaf and a pending page per branch level. */
 class TreeBuilder {
-  private readonly leaf = new PendingPage();
-  private readonly levels: PendingPage[] = [];
+  private leaf: PendingPage;
+  private levels: PendingPage[] = [];
   /** Pages written per level (0: leaves). */
-  private readonly written: number[] = [0];
+  private written: number[] = [0];
   /** The previous key (its first `lastLength` bytes), kept in one buffer: no allocation per entry. */
   private last = Buffer.allocUnsafe(256);
   private lastLength = -1;
 
-  constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {}
+  constructor(private readonly out: PageOut, private readonly pageSize: number, private readonly what: string) {
+    this.leaf = new PendingPage(out.dry);
+  }
+
+  /** A copy of a dry run's tree, going on from here into `out`. */
+  forkDry(out: PageOut): TreeBuilder {
+    const t = new TreeBuilder(out, this.pageSize, this.what);
+    t.leaf = this.leaf.cloneDry();
+    t.levels = this.levels.map((p) => p.cloneDry());
+    t.written = [...this.written];
+    t.last = Buffer.from(this.last);
+    t.lastLength = this.lastLength;
+    return t;
+  }
 
   /** `value`'s first `valueLength` bytes (all by default) under `key`, after every key put before. */
   put(key: Uint8Array, value: Uint8Array, flags = 0, valueLength = value.length): void {
     if (key.length === 0) throw new BoltWriteError(`${this.what}: an empty key`);
     if (key.length > MAX_KEY_BYTES) throw new BoltWriteError(`${this.what}: a key of ${key.length} bytes (bbolt's limit is ${MAX_KEY_BYTES})`);
     if (valueLength > MAX_VALUE_BYTES) throw new BoltWriteError(`${this.what}: a value of ${valueLength} bytes (bbolt's limit is ${MAX_VALUE_BYTES})`);
-    if (this.lastLength >= 0 && this.last.compare(key, 0, key.length, 0, this.lastLength) >= 0) {
+    if (this.lastLength >= 0 && !ascends(this.last, this.lastLength, key)) {
       const prev = this.last.toString('hex', 0, this.lastLength);
       throw new BoltWriteError(`${this.what}: keys out of order (${Buffer.from(key).toString('hex')} after ${prev})`);
     }
@@ -227,7 +306,7 @@ class TreeBuilder {
 
   private flushLeaf(): void {
     const { pgid, page, pages } = this.out.reserve(this.leaf.size);
-    this.leaf.serialize(page, pgid, true, pages - 1);
+    if (page) this.leaf.serialize(page, pgid, true, pages - 1);
     this.written[0]!++;
     this.addChild(0, this.leaf.firstKey!, pgid);
     this.leaf.clear();
@@ -237,7 +316,7 @@ class TreeBuilder {
   private addChild(level: number, key: Buffer, pgid: number): void {
     let parent = this.levels[level];
     if (!parent) {
-      parent = this.levels[level] = new PendingPage();
+      parent = this.levels[level] = new PendingPage(this.out.dry);
       this.written[level + 1] = 0;
     }
     if (parent.count > 0 && parent.size + ELEMENT_BYTES + key.length > this.pageSize) this.flushBranch(level);
@@ -247,7 +326,7 @@ class TreeBuilder {
   private flushBranch(level: number): void {
     const p = this.levels[level]!;
     const { pgid, page, pages } = this.out.reserve(p.size);
-    p.serialize(page, pgid, false, pages - 1);
+    if (page) p.serialize(page, pgid, false, pages - 1);
     this.written[level + 1]!++;
     const first = p.firstKey!;
     p.clear();
@@ -278,43 +357,93 @@ class TreeBuilder {
 export type PutEntry = (key: Uint8Array, value: Uint8Array, valueLength?: number) => void;
 export type BucketEntries = Iterable<readonly [Uint8Array, Uint8Array]> | ((put: PutEntry) => void);
 
+/** Where a file's tree starts and how many pages it has: what its meta pages name. */
+export interface BoltLayout {
+  /** The root bucket's page. */
+  root: number;
+  /** The page count (the file is pages * pageSize bytes). */
+  pages: number;
+}
+
 export interface BoltWriterOptions {
   pageSize?: number;
   /** How many bytes of pages are handed to the sink at once (default 4 MiB). */
   chunkBytes?: number;
   /** The transaction id of the newer meta page (default 1). */
   txid?: number;
+  /**
+   * Produce no pages (the sink is never called): finish() returns the layout that a writer
+   * given the same contents (the same sizes of keys and values, in the same order) produces.
+   */
+  dryRun?: boolean;
+  /**
+   * The layout a dry run over the same contents returned: the meta pages and the free list
+   * are then written first, in the constructor, and every page goes to the sink in file order
+   * (finish() refuses contents whose layout differs).
+   */
+  layout?: BoltLayout;
 }
 
 /**
- * Writes one bbolt file: call bucket() for each top-level bucket in name order, then finish().
- * Nested buckets are not supported (etcd has none).
+ * Writes one bbolt file: call bucket() (or beginBucket() ... endBucket()) for each top-level
+ * bucket, in any order (each bucket's pages are where it was written; the root bucket lists
+ * them by name), then finish(). Nested buckets are not supported (etcd has none).
  */
 export class BoltWriter {
   readonly pageSize: number;
-  private readonly out: PageOut;
-  private readonly roots: { name: Buffer; value: Buffer }[] = [];
+  private out: PageOut;
+  private roots: { name: Buffer; value: Buffer }[] = [];
+  private open: { name: Buffer; tree: TreeBuilder } | undefined;
   private finished = false;
 
   constructor(private readonly sink: PageSink, private readonly opts: BoltWriterOptions = {}) {
     this.pageSize = opts.pageSize ?? DEFAULT_PAGE_SIZE;
     if (this.pageSize < 1024 || this.pageSize & (this.pageSize - 1)) throw new BoltWriteError(`page size ${this.pageSize} is not a power of two of at least 1024`);
-    this.out = new PageOut(sink, this.pageSize, opts.chunkBytes ?? 4 << 20);
+    if (opts.dryRun && opts.layout) throw new BoltWriteError('a dry run computes the layout: it is given none');
+    this.out = new PageOut(sink, this.pageSize, opts.chunkBytes ?? 4 << 20, opts.dryRun === true);
+    if (opts.layout) {
+      const { root, pages } = opts.layout;
+      if (!(pages > FIRST_DATA_PGID && root >= FIRST_DATA_PGID && root < pages)) throw new BoltWriteError(`not a layout: root page ${root} of ${pages}`);
+      this.sink(0, headPages(this.pageSize, root, pages, opts.txid));
+    }
   }
 
   /**
-   * A bucket, after every bucket named before it, with its entries in ascending key order (byte
-   * order): an iterable, or a function that calls `put` for each (a key and value are copied
-   * before put returns, so the caller may reuse their buffers).
+   * A bucket with its entries in ascending key order (byte order): an iterable, or a function
+   * that calls `put` for each (a key and value are copied before put returns, so the caller
+   * may reuse their buffers).
    */
   bucket(name: Uint8Array, entries: BucketEntries): void {
+    const put = this.beginBucket(name);
+    if (typeof entries === 'function') entries(put);
+    else for (const [k, v] of entries) put(k, v);
+    this.endBucket();
+  }
+
+  /** Starts a bucket whose entries come through the returned `put`, until endBucket(). */
+  beginBucket(name: Uint8Array): PutEntry {
     if (this.finished) throw new BoltWriteError('the file is finished');
+    if (this.open) throw new BoltWriteError(`bucket ${name.toString()} while bucket ${this.open.name.toString()} is open`);
     const nameBuf = Buffer.from(name);
-    const prev = this.roots[this.roots.length - 1];
-    if (prev && Buffer.compare(prev.name, nameBuf) >= 0) throw new BoltWriteError(`bucket ${nameBuf.toString()} after ${prev.name.toString()}: buckets must come in name order`);
-    const tree = new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`);
-    if (typeof entries === 'function') entries((k, v, len) => tree.put(k, v, 0, len));
-    else for (const [k, v] of entries) tree.put(k, v);
+    if (this.roots.some((r) => r.name.equals(nameBuf))) throw new BoltWriteError(`bucket ${nameBuf.toString()} twice`);
+    this.open = { name: nameBuf, tree: new TreeBuilder(this.out, this.pageSize, `bucket ${nameBuf.toString()}`) };
+    return this.putter(this.open.tree);
+  }
+
+  /** The `put` of the open bucket (after fork(): the copy's). */
+  putEntry(): PutEntry {
+    if (!this.open) throw new BoltWriteError('no bucket is open');
+    return this.putter(this.open.tree);
+  }
+
+  private putter(tree: TreeBuilder): PutEntry {
+    return (k, v, len) => tree.put(k, v, 0, len);
+  }
+
+  endBucket(): void {
+    if (!this.open) throw new BoltWriteError('no bucket is open');
+    const { name, tree } = this.open;
+    this.open = undefined;
     const inline = tree.inlinePage();
     let value: Buffer;
     if (inline) {
@@ -324,29 +453,42 @@ export class BoltWriter {
       value = Buffer.alloc(BUCKET_HEADER_BYTES);
       value.writeBigUInt64LE(BigInt(tree.finish()), 0);
     }
-    this.roots.push({ name: nameBuf, value });
+    this.roots.push({ name, value });
   }
 
   /**
-   * Writes the root bucket, the free list and the meta pages. Returns the file's size: the
-   * sink has then received every page below it.
+   * A dry run's copy, to be continued on its own: a dry run kept after a large bucket's
+   * entries so far, then continued with the entries added since, gives the layout without
+   * the entries being read again.
    */
-  finish(): { bytes: number; pages: number } {
+  fork(): BoltWriter {
+    if (!this.opts.dryRun || this.finished) throw new BoltWriteError('only an unfinished dry run can be forked');
+    const copy = new BoltWriter(this.sink, this.opts);
+    copy.out = this.out.forkDry();
+    copy.roots = [...this.roots];
+    if (this.open) copy.open = { name: this.open.name, tree: this.open.tree.forkDry(copy.out) };
+    return copy;
+  }
+
+  /**
+   * Writes the root bucket, then the free list and the meta pages unless they were written
+   * first. Returns the file's size and layout: the sink has then received every page below it.
+   */
+  finish(): { bytes: number } & BoltLayout {
     if (this.finished) throw new BoltWriteError('the file is finished');
+    if (this.open) throw new BoltWriteError(`bucket ${this.open.name.toString()} is still open`);
     this.finished = true;
-    const root = new TreeBuilder(this.out, this.pageSize, 'the root bucket');
-    for (const { name, value } of this.roots) root.put(name, value, BUCKET_LEAF_FLAG);
-    const rootPgid = root.finish();
+    const tree = new TreeBuilder(this.out, this.pageSize, 'the root bucket');
+    for (const { name, value } of [...this.roots].sort((a, b) => Buffer.compare(a.name, b.name))) tree.put(name, value, BUCKET_LEAF_FLAG);
+    const root = tree.finish();
     this.out.flush();
     const pages = this.out.next;
-    const freelist = Buffer.alloc(this.pageSize);
-    writePageHeader(freelist, FREELIST_PGID, PageFlag.freelist, 0, 0);
-    this.sink(FREELIST_PGID, freelist);
-    const txid = Math.max(1, this.opts.txid ?? 1);
-    const older = metaPage(this.pageSize, rootPgid, pages, txid - 1);
-    const newer = metaPage(this.pageSize, rootPgid, pages, txid);
-    this.sink(0, txid % 2 === 1 ? Buffer.concat([older, newer]) : Buffer.concat([newer, older]));
-    return { bytes: pages * this.pageSize, pages };
+    const promised = this.opts.layout;
+    if (promised && (promised.root !== root || promised.pages !== pages)) {
+      throw new BoltWriteError(`the contents differ from those of the dry run: root page ${root} of ${pages}, not ${promised.root} of ${promised.pages}`);
+    }
+    if (!promised && !this.opts.dryRun) this.sink(0, headPages(this.pageSize, root, pages, this.opts.txid));
+    return { bytes: pages * this.pageSize, pages, root };
   }
 }
 

@@ -21,7 +21,7 @@ import type { MvccDb } from '../mvcc/schema.js';
 import { META, readMeta } from '../mvcc/schema.js';
 import { revKey, refIsPut, refRevKey, REVKEY_BYTES } from '../mvcc/revision.js';
 import { scanHistory } from '../mvcc/history-scan.js';
-import type { BucketEntries, PutEntry } from '../bbolt/write.js';
+import { BoltWriter, DEFAULT_PAGE_SIZE, type BucketEntries, type PutEntry } from '../bbolt/write.js';
 import { AUTH_KEY, BUCKET, META_KEY, REVISION_KEY_BYTES, encodeUint64 } from './schema.js';
 import { refAt } from '../mvcc/keyindex.js';
 import { compactionPending } from '../mvcc/history.js';
@@ -117,11 +117,19 @@ function recordShape(r: Uint8Array, length: number): { keyStart: number; keyEnd:
   return { keyStart, keyEnd, tombstone };
 }
 
+/** How far a walk over `history` for the `key` bucket went: records seen (kept or not), and the last. */
+interface KeyScan {
+  records: number;
+  main: number;
+  sub: number;
+}
+
 /**
  * The `key` bucket from `history`: every change in revision order, converted to etcd's key and
- * (for deletions) value, without what a compaction to `compactRev` removes.
+ * (for deletions) value, without what a compaction to `compactRev` removes. With `scan`, only
+ * the records after scan's last one (all when it has seen none), and scan is moved on.
  */
-function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): (put: PutEntry) => void {
+function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary, scan?: KeyScan): (put: PutEntry) => void {
   return (put) => {
     const pending = compactRev > 0 && compactionPending(db);
     const rk = Buffer.allocUnsafe(REVKEY_BYTES);
@@ -129,6 +137,11 @@ function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): (put
     const putKey = Buffer.allocUnsafe(REVISION_KEY_BYTES);
     const tombstoneKey = Buffer.allocUnsafe(ETCD_TOMBSTONE_REVKEY_BYTES);
     scanHistory(db, ({ main, sub, record, length }) => {
+      if (scan) {
+        scan.records++;
+        scan.main = main;
+        scan.sub = sub;
+      }
       const { keyStart, keyEnd, tombstone } = recordShape(record, length);
       if (main <= compactRev) {
         if (tombstone) return;
@@ -140,7 +153,7 @@ function keyBucket(db: MvccDb, compactRev: number, summary: ExportSummary): (put
       summary.changes++;
       // kvs's tombstone is the key field and mod_revision; etcd's is the key field alone.
       put(etcdRevisionKey(main, sub, tombstone, tombstone ? tombstoneKey : putKey), record, tombstone ? keyEnd : length);
-    });
+    }, scan && scan.records > 0 ? scan : undefined);
   };
 }
 
@@ -185,4 +198,81 @@ export function etcdBuckets(db: MvccDb, summary: ExportSummary): EtcdBucket[] {
     { name: name(BUCKET.membersRemoved), entries: [] },
     { name: name(BUCKET.meta), entries: [[name(META_KEY.consistentIndex), encodeUint64(readMeta(db, META.appliedIndex))], ...compacted] },
   ];
+}
+
+/**
+ * The layout of the last export, kept for the next: a dry run stopped after the `key`
+ * bucket's entries. History only grows until a compaction, so the next export's dry run goes
+ * on from there with the records added since instead of reading them all again (when the
+ * compact revision is the same, no compaction's removal is in progress, and history holds
+ * exactly the records seen then plus those after).
+ */
+export class SnapshotLayoutCache {
+  kept: { dry: BoltWriter; compactRev: number; scan: KeyScan; changes: number } | undefined;
+  /** Whether the last dry run went on from the kept one (for the log, and tests). */
+  lastReused = false;
+}
+
+/** The dry run of the `key` bucket up to the read snapshot's head: from `cache` when it still applies. */
+function dryKeyBucket(db: MvccDb, compactRev: number, summary: ExportSummary, cache: SnapshotLayoutCache | undefined): BoltWriter {
+  const records = (db.history.getStats() as { entryCount: number }).entryCount;
+  const pending = compactRev > 0 && compactionPending(db);
+  const kept = cache?.kept;
+  const reuse = kept && kept.compactRev === compactRev && !pending && kept.scan.records <= records;
+  const dry = reuse ? kept.dry.fork() : new BoltWriter(() => {}, { pageSize: PAGE_SIZE, dryRun: true });
+  const scan = reuse ? { ...kept.scan } : { records: 0, main: 0, sub: 0 };
+  summary.changes = reuse ? kept.changes : 0;
+  keyBucket(db, compactRev, summary, scan)(reuse ? dry.putEntry() : dry.beginBucket(name(BUCKET.key)));
+  if (cache) cache.lastReused = reuse === true;
+  if (scan.records !== records) {
+    // History changed below the kept point (rewritten, or records removed): read it all.
+    if (reuse) {
+      cache!.kept = undefined;
+      return dryKeyBucket(db, compactRev, summary, cache);
+    }
+  } else if (cache) {
+    cache.kept = pending ? undefined : { dry: dry.fork(), compactRev, scan, changes: summary.changes };
+  }
+  dry.endBucket();
+  return dry;
+}
+
+/** The buckets with `key` first (the file's order of pages). */
+function keyFirst(buckets: EtcdBucket[]): EtcdBucket[] {
+  const isKey = (b: EtcdBucket) => b.name.equals(name(BUCKET.key));
+  return [...buckets.filter(isKey), ...buckets.filter((b) => !isKey(b))];
+}
+
+/** etcd's page size (bbolt's default on amd64 and arm64). */
+const PAGE_SIZE = DEFAULT_PAGE_SIZE;
+
+/**
+ * Writes etcd's bbolt file of `db` to `sink` front to back (from offset 0, every piece in
+ * file order), so that it can be streamed while it is written: a dry run over the buckets
+ * computes the layout (the meta pages name the root page and the page count; continued from
+ * `cache` when given and still valid), `onLayout` is told the file's size, then the same
+ * buckets are written. The `key` bucket's pages come first, so that the dry run kept in the
+ * cache does not depend on the small buckets. Both passes read the caller's read snapshot:
+ * call it without yielding to the event loop (or inside one read transaction).
+ */
+export function writeEtcdSnapshot(
+  db: MvccDb,
+  sink: (offset: number, bytes: Buffer) => void,
+  onLayout: (bytes: number) => void = () => {},
+  cache?: SnapshotLayoutCache,
+): ExportSummary & { bytes: number } {
+  const summary: ExportSummary = { revision: 0, compactRevision: 0, changes: 0 };
+  const [, ...others] = keyFirst(etcdBuckets(db, summary));
+  const dry = dryKeyBucket(db, summary.compactRevision, summary, cache);
+  for (const b of others) dry.bucket(b.name, b.entries);
+  const layout = dry.finish();
+  onLayout(layout.bytes);
+  // The same buckets again (their entries are read as they are written), in the same order.
+  const again: ExportSummary = { revision: 0, compactRevision: 0, changes: 0 };
+  const writer = new BoltWriter((pgid, bytes) => sink(pgid * PAGE_SIZE, bytes), { pageSize: PAGE_SIZE, layout });
+  const [key, ...rest] = keyFirst(etcdBuckets(db, again));
+  writer.bucket(key!.name, key!.entries);
+  for (const b of rest) writer.bucket(b.name, b.entries);
+  const { bytes } = writer.finish();
+  return { ...summary, bytes };
 }

@@ -6,7 +6,7 @@
 import type { Database } from 'lmdb';
 import type { MvccDb } from './schema.js';
 import { historyCompression } from './schema.js';
-import { mainOf, subOf, REVKEY_BYTES } from './revision.js';
+import { mainOf, revKey, subOf, REVKEY_BYTES } from './revision.js';
 
 export interface HistoryCursor {
   main: number;
@@ -53,11 +53,17 @@ function open(db: MvccDb) {
 }
 
 /**
- * Calls `visit` for every history record in revision order, in the caller's read snapshot.
- * The cursor (and the bytes it points at) is only valid during the call.
+ * Calls `visit` for every history record in revision order (every one after revision
+ * `after` when given), in the caller's read snapshot. The cursor (and the bytes it points at)
+ * is only valid during the call.
  */
-export function scanHistory(db: MvccDb, visit: (c: HistoryCursor) => void): void {
+export function scanHistory(db: MvccDb, visit: (c: HistoryCursor) => void, after?: { main: number; sub: number }): void {
   const { table, cursor } = open(db);
-  // From the lowest revision key: with a key encoder of its own, lmdb-js finds no start of its own.
-  for (const _ of table.getRange({ start: Buffer.alloc(REVKEY_BYTES) })) visit(cursor);
+  // From the lowest revision key when not told: with a key encoder of its own, lmdb-js finds
+  // no start of its own.
+  const start = after ? revKey(after.main, after.sub) : Buffer.alloc(REVKEY_BYTES);
+  for (const _ of table.getRange({ start })) {
+    if (after && cursor.main === after.main && cursor.sub === after.sub) continue;
+    visit(cursor);
+  }
 }

@@ -74,11 +74,11 @@ export function encryptBody(key: Buffer, objectKey: string, plain: Buffer): Buff
   return Buffer.concat([ENCRYPTED_MAGIC, Buffer.from([VERSION]), nonce, ct, cipher.getAuthTag()]);
 }
 
-export function decryptBody(key: Buffer, objectKey: string, body: Buffer, location: string): Buffer {
+export function decryptBody(key: Buffer, objectKey: string, body: Buffer, location: string, keyOption = KEY_FLAGS): Buffer {
   if (!isEncryptedBody(body)) {
     throw new Error(
       `object ${objectKey} in ${location} is not encrypted, but an encryption key was given: this prefix holds ` +
-        `plaintext objects, and encrypted and plaintext objects must not be mixed. Run without ${KEY_FLAGS} for this prefix, ` +
+        `plaintext objects, and encrypted and plaintext objects must not be mixed. Run without ${keyOption} for this prefix, ` +
         `or use a fresh prefix for encrypted data`,
     );
   }
@@ -103,6 +103,10 @@ export function decryptBody(key: Buffer, objectKey: string, body: Buffer, locati
 
 /** Passes everything through to `inner`, transforming bodies on get and put. */
 abstract class BodyTransformStore implements ObjectStore {
+  /** The inner store belongs to someone else (an embedding program's own): close() leaves it open. */
+  borrowed = false;
+  /** How the user gives the key, for messages: the flags, or an embedding program's option. */
+  keyOption = KEY_FLAGS;
   constructor(protected readonly inner: ObjectStore) {}
   get location(): string {
     return this.inner.location;
@@ -137,7 +141,7 @@ abstract class BodyTransformStore implements ObjectStore {
     for await (const v of this.inner.listVersions(prefix)) yield v.deleteMarker ? v : { ...v, size: this.size(v.size) };
   }
   close(): void {
-    this.inner.close();
+    if (!this.borrowed) this.inner.close();
   }
 }
 
@@ -154,7 +158,7 @@ export class EncryptedStore extends BodyTransformStore {
     return encryptBody(this.key, key, body);
   }
   protected decode(key: string, body: Buffer): Buffer {
-    return decryptBody(this.key, key, body, this.location);
+    return decryptBody(this.key, key, body, this.location, this.keyOption);
   }
 }
 
@@ -168,7 +172,7 @@ export class PlainGuardStore extends BodyTransformStore {
   }
   protected decode(key: string, body: Buffer): Buffer {
     if (isEncryptedBody(body)) {
-      throw new Error(`object ${key} in ${this.location} is encrypted: pass the prefix's key with ${KEY_FLAGS}`);
+      throw new Error(`object ${key} in ${this.location} is encrypted: pass the prefix's key with ${this.keyOption}`);
     }
     return body;
   }

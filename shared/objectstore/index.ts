@@ -21,6 +21,10 @@ export interface ObjectStoreOptions {
   encryptionKey?: Buffer;
   /** S3 only: explicit credentials instead of KVS_S3_* and the SDK's chain (tests, embedding). */
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** S3 only: the region (embedding); default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  region?: string;
+  /** How the caller gives encryptionKey, named in messages (default: the --object-store-encryption-key-* flags). */
+  keyOption?: string;
   /** At debug level, every operation is logged here (logged.ts). */
   log?: Logger;
   /**
@@ -39,13 +43,25 @@ export async function openObjectStore(opts: ObjectStoreOptions): Promise<ObjectS
     raw = new LocalObjectStore({ root: fileURLToPath(url), bucket: opts.bucket, prefix: opts.prefix, syncSmallPuts: opts.syncSmallPuts });
   } else if (url.protocol === 'http:' || url.protocol === 'https:') {
     const { S3ObjectStore } = await import('./s3.js');
-    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials });
+    raw = new S3ObjectStore({ endpoint: opts.endpoint, bucket: opts.bucket, prefix: opts.prefix, credentials: opts.credentials, region: opts.region });
   } else {
     throw new Error(`--s3-endpoint must be a file:// or http(s):// URL, got "${opts.endpoint}"`);
   }
   if (process.env[FAILPOINT_ENV]) raw = new FailpointStore(raw, process.env[FAILPOINT_ENV]);
   if (opts.log?.isLevelEnabled('debug')) raw = new LoggedStore(raw, opts.log);
-  return opts.encryptionKey ? new EncryptedStore(raw, opts.encryptionKey) : new PlainGuardStore(raw);
+  return bodyLayer(raw, opts.encryptionKey, { keyOption: opts.keyOption });
+}
+
+/**
+ * The layer every store kvs uses is wrapped in: encryption with a key, the plaintext guard
+ * without. `borrowed`: the raw store is the caller's (an embedding program's), left open on
+ * close(). `keyOption`: how the caller gives the key, named in messages (default: the flags).
+ */
+export function bodyLayer(raw: ObjectStore, encryptionKey: Buffer | undefined, opts: { borrowed?: boolean; keyOption?: string } = {}): ObjectStore {
+  const store = encryptionKey ? new EncryptedStore(raw, encryptionKey) : new PlainGuardStore(raw);
+  store.borrowed = opts.borrowed === true;
+  if (opts.keyOption) store.keyOption = opts.keyOption;
+  return store;
 }
 
 /** The spec's prefixes end with `/`; `kvs` and `kvs/` name the same prefix. */

@@ -33,6 +33,8 @@ export interface S3StoreOptions {
   bucket: string;
   prefix: string;
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /** The SDK's region; default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  region?: string;
   env?: NodeJS.ProcessEnv;
 }
 
@@ -74,7 +76,7 @@ export class S3ObjectStore implements ObjectStore {
     const isAws = !opts.endpoint || /(^|\.)amazonaws\.com$/.test(new URL(opts.endpoint).hostname);
     const config: S3ClientConfig = {
       endpoint: opts.endpoint,
-      region: env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1',
+      region: opts.region || env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1',
       forcePathStyle: !isAws,
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',

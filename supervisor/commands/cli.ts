@@ -66,7 +66,7 @@ export function registerObjectStoreCommands(prog: Prog, config: (opts: Opts) => 
     .example('branch fork --s3-bucket kvs --s3-prefix prod/ --branch-id staging')
     .action(
       withStore(async (store, opts) => {
-        const { forkBranch } = await import('./branch.js');
+        const { forkBranch } = await import('../../shared/objectstore/branches.js');
         const checkpoint = opts.checkpoint === undefined ? undefined : String(opts.checkpoint);
         const reg = await forkBranch(store, opts['branch-id'] as string, checkpoint);
         print(`${reg.checkpoint}\n`);
@@ -78,7 +78,7 @@ export function registerObjectStoreCommands(prog: Prog, config: (opts: Opts) => 
     .example('branch unfork --s3-bucket kvs --s3-prefix prod/ --branch-id staging')
     .action(
       withStore(async (store, opts) => {
-        const { unforkBranch } = await import('./branch.js');
+        const { unforkBranch } = await import('../../shared/objectstore/branches.js');
         const reg = await unforkBranch(store, opts['branch-id'] as string);
         print(`unforked ${reg.branchId} (was pinning ${reg.checkpoint})\n`);
       }),
