@@ -34,6 +34,9 @@ then per kvs process its CPU (every thread) and its main thread's wake-ups per m
   --warmup <n>          puts before them, not measured (default 500)
   --cluster             three kvs nodes (as the bench's cluster workloads start them), puts to
                         the leader; the followers' stages are those of the first to ACK
+  --via-follower        with --cluster: the puts go to a follower, which forwards them to the
+                        leader (the stage table then has the leader's storage and peer stages
+                        only; the per-process CPU and wake-ups cover the whole path)
   --no-etcd             skip the same puts against etcd 3.4 (/usr/bin/etcd; a 3-member
                         cluster with --cluster), whose total is printed beside kvs's
   --kvs-flags "<flags>" more flags for kvs run (split on spaces)
@@ -56,6 +59,7 @@ interface Settings {
   puts: number;
   warmup: number;
   cluster: boolean;
+  viaFollower: boolean;
   etcd: boolean;
   kvsFlags: string[];
   syscalls: boolean;
@@ -69,6 +73,7 @@ function settings(argv: string[]): Settings | undefined {
     puts: { type: 'string', default: '5000' },
     warmup: { type: 'string', default: '500' },
     cluster: { type: 'boolean', default: false },
+    'via-follower': { type: 'boolean', default: false },
     etcd: { type: 'boolean', default: true },
     'kvs-flags': { type: 'string', default: '' },
     syscalls: { type: 'boolean', default: false },
@@ -83,6 +88,7 @@ function settings(argv: string[]): Settings | undefined {
   }
   const { values } = parsed;
   if (values.help) return undefined;
+  if (values['via-follower'] && !values.cluster) throw new UsageError('--via-follower needs --cluster');
   if (values.syscalls && values.cluster) throw new UsageError('--syscalls measures a single node: leave out --cluster');
   const noPerf = values.syscalls ? perfUnavailable() : undefined;
   if (noPerf) throw new UsageError(noPerf);
@@ -95,6 +101,7 @@ function settings(argv: string[]): Settings | undefined {
     puts: count('puts', values.puts, 1),
     warmup: count('warmup', values.warmup, 0),
     cluster: values.cluster,
+    viaFollower: values['via-follower'],
     etcd: values.etcd && !noEtcd,
     kvsFlags: values['kvs-flags'].split(' ').filter(Boolean),
     syscalls: values.syscalls,
@@ -149,15 +156,16 @@ function totals(puts: ClientPut[]): Summary & { mean: number } {
   return { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), mean };
 }
 
-/** Starts what is measured; `endpoint`: where the puts go (a cluster's leader). */
+/** Starts what is measured; `endpoint`: where the puts go (a cluster's leader, or a follower); `node`: the leader. */
 async function start(system: 'kvs' | 'etcd', s: Settings, traceDir: string): Promise<{ endpoint: string; node: string; pids(): number[]; stop(): Promise<void> }> {
   // KVS_CPU_PROF (supervisor/component.ts) is passed through: CPU profiles of the same puts.
   const env: Record<string, string> = { KVS_STAGE_TRACE: traceDir, ...(process.env.KVS_CPU_PROF ? { KVS_CPU_PROF: process.env.KVS_CPU_PROF } : {}) };
   if (s.cluster) {
     const c: BenchCluster = await startCluster(system, 3, s.kvsFlags, env);
     const i = await c.leader();
-    const all = c.asServer(c.endpoints[i]!);
-    return { endpoint: c.endpoints[i]!, node: c.members[i]!.name, pids: () => all.pids(), stop: () => c.stop() };
+    const to = s.viaFollower ? (i + 1) % c.endpoints.length : i;
+    const all = c.asServer(c.endpoints[to]!);
+    return { endpoint: c.endpoints[to]!, node: c.members[i]!.name, pids: () => all.pids(), stop: () => c.stop() };
   }
   const server: Server = system === 'kvs' ? await startKvs(undefined, s.kvsFlags, env) : await startEtcd();
   return { endpoint: server.endpoint, node: 'default', pids: () => server.pids(), stop: () => server.stop() };
@@ -200,7 +208,7 @@ async function runEtcd(s: Settings): Promise<{ total: Summary & { mean: number }
 async function main(): Promise<void> {
   const s = settings(process.argv.slice(2));
   if (!s) return void process.stdout.write(HELP);
-  const mode = s.cluster ? '3-node cluster, puts to the leader' : 'single node';
+  const mode = !s.cluster ? 'single node' : s.viaFollower ? '3-node cluster, puts to a follower' : '3-node cluster, puts to the leader';
   console.error(`kvs (${mode}): ${s.warmup} warm-up + ${s.puts} serial puts${s.kvsFlags.length ? `, kvs run ${s.kvsFlags.join(' ')}` : ''}`);
   const { breakdown: kvs, costs, syscalls } = await runKvs(s);
   let etcd: Awaited<ReturnType<typeof runEtcd>> | undefined;

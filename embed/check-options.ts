@@ -52,9 +52,6 @@ export function checkOptions(o: OpenOptions): ResolvedOptions {
   const needsCluster = ['advertisePeer', 'peerServerTLS', 'peerClientTLS', 'peerBufferSize'] as const;
   if (!given(o.peerListen)) for (const k of needsCluster) if (given(o[k])) fail(`${k} needs peerListen (cluster mode)`);
 
-  // The parts later helpers add (embed/object-store.ts, embed/cluster.ts) replace these refusals.
-  if (given(o.peerListen)) fail('peerListen is not supported yet');
-
   return {
     ...o,
     dataDir: path.resolve(o.dataDir),

@@ -9,7 +9,7 @@ import * as M from '../shared/metrics.js';
 import type { Host } from './host.js';
 import type { Spans, ReadKind } from './spans.js';
 import type { Bytes, ReadConsistency, ServeOptions } from './options.js';
-import type { Node, Watch } from './node.js';
+import type { Node, Served, Watch } from './node.js';
 import { Watches, type Watcher } from './watch.js';
 import { countRange, getKey, listRange, snapshot } from './reads.js';
 import * as C from './codec.js';
@@ -24,6 +24,8 @@ export interface NodeParts {
   readConsistency: ReadConsistency;
   /** Stops what open() started and closes the engine. */
   close: () => Promise<void>;
+  /** Opens a client port on the node (embed/serve.ts). */
+  serve: (opts: ServeOptions) => Promise<Served>;
 }
 
 export class EmbeddedNode implements Node {
@@ -32,6 +34,9 @@ export class EmbeddedNode implements Node {
   readonly #watches: Watches;
   readonly #linearizable: boolean;
   readonly #closeParts: () => Promise<void>;
+  readonly #serve: NodeParts['serve'];
+  /** The client ports serve() opened and not yet closed: close() closes them first. */
+  readonly #served = new Set<Served>();
   #closing: Promise<void> | undefined;
   #registry: Registry | undefined;
   readonly #unsubscribeGauges: () => void;
@@ -41,6 +46,7 @@ export class EmbeddedNode implements Node {
     this.#spans = parts.spans;
     this.#linearizable = parts.readConsistency === 'linearizable';
     this.#closeParts = parts.close;
+    this.#serve = parts.serve;
     const engine = parts.host.engine;
     this.#watches = new Watches(engine.db, engine.feed);
     // The revision gauges follow each committed batch (`kvs run`'s storage sets them per scrape).
@@ -211,12 +217,23 @@ export class EmbeddedNode implements Node {
     return (this.#registry ??= M.ownedRegistry(['storage']));
   }
 
-  async serve(_opts: ServeOptions): Promise<{ close(): Promise<void> }> {
-    throw new KvsError('serve() is not supported yet', 12);
+  async serve(opts: ServeOptions): Promise<Served> {
+    this.#check();
+    const port = await this.#serve(opts);
+    const served: Served = {
+      port: port.port,
+      close: async () => {
+        this.#served.delete(served);
+        await port.close();
+      },
+    };
+    this.#served.add(served);
+    return served;
   }
 
   close(): Promise<void> {
     this.#closing ??= (async () => {
+      await Promise.all([...this.#served].map((s) => s.close()));
       this.#watches.endAll();
       this.#unsubscribeGauges();
       await this.#closeParts();

@@ -5,6 +5,7 @@
 // for the leader's revision before a linearizable read.
 import type { Engine } from '../services/storage/engine.js';
 import type { Logger } from '../shared/log.js';
+import type { StreamChannel } from '../shared/grpc/stream-channel.js';
 import { Op } from '../shared/storage/ops.js';
 import { fromEtcd } from './errors.js';
 import type { Role } from './types.js';
@@ -24,6 +25,8 @@ export interface Host {
   readonly log: Logger;
   /** Replaced in part by what attaches to the node (a cluster role). */
   routes: Routes;
+  /** A cluster member: a new connection to its peer agent (set by embed/cluster.ts; node.serve()'s gateway follows it). */
+  agent?: () => StreamChannel;
 }
 
 const done = Promise.resolve();

@@ -2,7 +2,7 @@
 // program. docs/embedding.md is the guide; open.ts is where a node is put together.
 export { open } from './open.js';
 export { fork, unfork, type ForkOptions } from './branches.js';
-export type { Node, Watch } from './node.js';
+export type { Node, Served, Watch } from './node.js';
 export type { OpenOptions, ServeOptions, Bytes, ReadConsistency, ObjectStoreLocation, ObjectStoreOption, BranchPoint, PeerTlsOptions } from './options.js';
 export type {
   KeyValue, WriteResult, DeleteResult, GetOptions, ListOptions, ListResult, PutOptions, Lease, LeaseStatus,

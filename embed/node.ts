@@ -8,6 +8,14 @@ import type {
   DeleteResult, GetOptions, KeyValue, Lease, LeaseStatus, ListOptions, ListResult, PutOptions, Role, Txn, TxnResult, WatchEvent, WatchOptions, WriteResult,
 } from './types.js';
 
+/** A client port opened by node.serve(). */
+export interface Served {
+  /** The port it listens on (the one asked for, or the one the system gave for port 0). */
+  readonly port: number;
+  /** Ends its calls (watches and keep-alives at once, with UNAVAILABLE; unary calls within 5 s) and stops listening. */
+  close(): Promise<void>;
+}
+
 /** A watch: iterate it with for-await; `close()` (or a `break`) ends it. */
 export interface Watch extends AsyncIterableIterator<WatchEvent> {
   close(): void;
@@ -88,8 +96,11 @@ export interface Node {
   role(): Role;
   /** The node's metrics (the kvs_* of docs/observability.md), to merge into the program's registry. */
   metrics(): Registry;
-  /** Serves this node to etcd clients (etcdctl, the etcd3 package, ...) on `listen`. */
-  serve(opts: ServeOptions): Promise<{ close(): Promise<void> }>;
+  /**
+   * Serves this node to etcd clients (etcdctl, the etcd3 package, curl on the JSON gateway, ...)
+   * on `listen`, as `kvs run`'s client port. close() (or the node's) stops the port.
+   */
+  serve(opts: ServeOptions): Promise<Served>;
   /** Ends every watch, finishes the queued writes, and closes the data directory. Idempotent. */
   close(): Promise<void>;
   /** Whether close() was called. */

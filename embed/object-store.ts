@@ -38,6 +38,8 @@ function prefixOpener(options: ResolvedOptions, log: Logger): (prefix: string) =
 export interface ObjectStoreAttachment extends Attachment {
   /** Storage's side of the archiver, once prepared. */
   readonly archive: Archive | undefined;
+  /** The node's prefix, opened (a cluster member's peer agent takes the leader lock there), once prepared. */
+  readonly store: ObjectStore | undefined;
 }
 
 /**
@@ -54,6 +56,9 @@ export function objectStoreAttachment(cluster?: { role: LeaderState }): ObjectSt
   return {
     get archive() {
       return archive;
+    },
+    get store() {
+      return store;
     },
     async prepare({ options, log }): Promise<EngineOptions> {
       try {

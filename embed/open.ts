@@ -31,10 +31,17 @@ import { Spans } from './spans.js';
 import { EmbeddedNode } from './embedded-node.js';
 import type { Node } from './node.js';
 import { KvsError } from './errors.js';
+import { serve } from './serve.js';
+import { clusterAttachment, type LeaderState } from './cluster.js';
 
 /** The attachments `options` ask for. */
 function attachments(options: ResolvedOptions): Attachment[] {
-  return options.objectStore ? [objectStoreAttachment()] : [];
+  if (!options.objectStore) return [];
+  if (!options.peerListen) return [objectStoreAttachment()];
+  // A cluster member: the archiver checkpoints while this node leads, under its term.
+  const role: LeaderState = { leading: false, term: 0 };
+  const store = objectStoreAttachment({ role });
+  return [store, clusterAttachment(store, role)];
 }
 
 /**
@@ -95,7 +102,13 @@ export async function open(options: OpenOptions): Promise<Node> {
       onWritesRefused: (reason) => (reason ? log.warn({ reason }, 'writes are refused') : log.info('writes are taken again')),
     });
     if (!engineOptions.cluster) await applyAuthFlag(engine, opts.authEnabled, log);
-    return new EmbeddedNode({ host, spans: new Spans(tracing), readConsistency: opts.readConsistency, close: stop });
+    return new EmbeddedNode({
+      host,
+      spans: new Spans(tracing),
+      readConsistency: opts.readConsistency,
+      close: stop,
+      serve: (o) => serve({ host, options: opts, tracing }, o),
+    });
   } catch (err) {
     await stop().catch(() => {});
     throw err;

@@ -6,9 +6,9 @@
 import { status, type MethodDefinition } from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 import { service, num } from '../../shared/proto/index.js';
-import { UnixStreamChannel, type CallError, type H2Stream } from '../../shared/grpc/stream-channel.js';
+import type { CallError, H2Stream, StreamChannel } from '../../shared/grpc/stream-channel.js';
 import { Role } from '../../shared/membership.js';
-import { unixBatchLink, type BatchLink, type WriteLink } from '../../shared/batch-link/link.js';
+import { channelBatchLink, type BatchLink, type WriteLink } from '../../shared/batch-link/link.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import { AuthErrors } from '../../shared/auth/errors.js';
 import { Op } from '../../shared/storage/ops.js';
@@ -43,19 +43,18 @@ export class ClusterView {
   members: MemberView[] = [];
   /** Leader with a member disconnected: its own linearizable reads check the lock first. */
   degraded = false;
-  /**
-   * One connection to the peer agent for its State stream, ReadIndex and the Forward links, on
-   * our own HTTP/2 (shared/grpc/stream-channel.ts): every linearizable read on a follower crosses it twice.
-   */
-  private readonly channel: UnixStreamChannel;
   private call: H2Stream<object, StateMessage> | undefined;
   private closed = false;
   /** The ReadIndex call in flight, and the one that the reads arriving meanwhile share. */
   private current: Promise<number> | undefined;
   private pending: Promise<number> | undefined;
 
-  constructor(socket: string, private readonly feed: FeedLink, private readonly log: Logger) {
-    this.channel = new UnixStreamChannel(socket);
+  /**
+   * `channel`: one connection to the peer agent for its State stream, ReadIndex and the Forward
+   * links, on our own HTTP/2 (shared/grpc/stream-channel.ts): every linearizable read on a
+   * follower crosses it twice. Its owner closes it.
+   */
+  constructor(private readonly channel: StreamChannel, private readonly feed: FeedLink, private readonly log: Logger) {
     this.open();
   }
 
@@ -129,13 +128,12 @@ export class ClusterView {
    * HTTP/2 streams as the hop to storage: a forwarded write crosses this socket twice.
    */
   forwardLink(method: 'Forward' | 'ForwardLease', log: Logger): BatchLink {
-    return unixBatchLink(this.channel, AGENT[method]!, log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
+    return channelBatchLink(this.channel, AGENT[method]!, log, { unavailable: Errors.noLeader, peerName: 'the peer agent' });
   }
 
   close(): void {
     this.closed = true;
     this.call?.cancel();
-    this.channel.close();
   }
 }
 

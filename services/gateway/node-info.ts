@@ -56,7 +56,7 @@ export class NodeInfo {
   members(): MemberInfo[] {
     const self: MemberInfo = { ID: this.memberId, name: this.name, peerURLs: [], clientURLs: this.clientUrls, isLearner: false };
     if (!this.cluster) return [self];
-    const list = this.cluster.members.map((m) => ({ ID: m.memberId, name: m.nodeId, peerURLs: [peerUrl(m.peerUrl, this.peerScheme)], clientURLs: [m.clientUrl], isLearner: false }));
+    const list = this.cluster.members.map((m) => ({ ID: m.memberId, name: m.nodeId, peerURLs: [peerUrl(m.peerUrl, this.peerScheme)], clientURLs: m.clientUrl ? [m.clientUrl] : [], isLearner: false }));
     if (!list.some((m) => m.ID === this.memberId)) list.push({ ...self, peerURLs: [] });
     return list.sort((a, b) => a.name.localeCompare(b.name));
   }

@@ -66,7 +66,7 @@ test('a follower that reconnects with staged entries ACKs only once storage drop
   const self: Member = { nodeId: 'n2', memberId: '2', peerUrl: '127.0.0.1:9', clientUrl: 'http://127.0.0.1:2' };
   const following = new Following({
     self, lock, held, store, storage: side, board: new StateBoard(), creds, log, maxRetries: 5, retryMs: 2000,
-    ttlMs: 6000, watchIntervalMs: 10_000, contact: { term: 2, at: 0 }, signal: abort.signal,
+    ttlMs: 6000, watchIntervalMs: 10_000, contact: { term: 2, at: 0 }, signal: abort.signal, tooFarBehind: () => assert.fail('not too far behind'),
   });
   const helloSeen = new Promise<void>((resolve) => (hello = resolve));
   void following.run();

@@ -14,7 +14,6 @@ import type { Logger } from '../../shared/log.js';
 import * as M from '../../shared/metrics.js';
 import type { ObjectStore } from '../../shared/objectstore/store.js';
 import { TooFarBehindError, catchUpFromStore } from './catch-up.js';
-import { requestCheckpointRestore } from '../../shared/component.js';
 import { newEpoch, nowNano, type HeldLock, type LeaderLock } from './lock.js';
 import { n, Role, type StorageSide } from './storage-side.js';
 import type { Member, StateBoard } from './state.js';
@@ -41,6 +40,8 @@ export interface FollowerOptions {
   signal: AbortSignal;
   /** Test failpoint (commit-delay.ts): commit positions reach storage this many ms late. */
   commitDelayMs?: number;
+  /** This node is too far behind the object store to catch up: its host restores the latest checkpoint. */
+  tooFarBehind(why: string): void;
 }
 
 /**
@@ -231,7 +232,7 @@ export class Following {
             (err: Error) => {
               log.error({ err: err.message }, 'catching up from the object store failed');
               // The supervisor restores the latest checkpoint (storage restarts; this agent waits for it).
-              if (err instanceof TooFarBehindError) requestCheckpointRestore(err.message);
+              if (err instanceof TooFarBehindError) this.o.tooFarBehind(err.message);
               finish('failed');
             },
           );

@@ -7,14 +7,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import type { Config } from '../../shared/config.js';
-import { socketPath } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { parseDuration } from '../../shared/duration.js';
 import type { ServerCall } from '../../shared/grpc/server.js';
 import type { BatchHandler, BatchResult } from '../../shared/batch-link/serve.js';
 import { BatchLink, storageLink } from '../../shared/batch-link/link.js';
-import { UnixStreamChannel, type CallError } from '../../shared/grpc/stream-channel.js';
-import { reportState, requestCheckpointRestore } from '../../shared/component.js';
+import type { CallError, StreamChannel } from '../../shared/grpc/stream-channel.js';
 import { PreconditionFailedError, type ObjectStore } from '../../shared/objectstore/store.js';
 import { storedPosition } from '../../shared/objectstore/catalog.js';
 import { termStartKey, type TermStart } from '../../shared/objectstore/layout.js';
@@ -36,6 +34,14 @@ const ELECTION_WAIT_MS = 3000;
 /** The storage op numbers forwarded writes carry, for the forwarded-write metrics. */
 const METRIC_OP: Record<number, keyof typeof writeMetricsByOp | undefined> = { 1: 'put', 2: 'delete', 3: 'txn', 4: 'compact' };
 
+/** What the peer agent's host does for it (the peer process: tells its supervisor). */
+export interface PeerHost {
+  /** What the agent is doing, for `kvs ctl status`. */
+  reportState(detail: string): void;
+  /** This node is too far behind the object store to catch up: restore the latest checkpoint. */
+  tooFarBehind(why: string): void;
+}
+
 /** The node's cluster role over time: elect, lead or follow, and again. */
 export class PeerNode {
   readonly storage: StorageSide;
@@ -44,7 +50,7 @@ export class PeerNode {
   leadership: Leadership | undefined;
   private following: Following | undefined;
   private contact: LeaderContact = { term: 0, at: -Infinity };
-  private local: { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } | undefined;
+  private local: { Write: BatchLink; Lease: BatchLink; channel: StreamChannel } | undefined;
   private remote: { leader: string; Write: BatchLink; Lease: BatchLink; channel: PeerChannel } | undefined;
   private readonly ttlMs: number;
   private readonly retryMs: number;
@@ -58,6 +64,9 @@ export class PeerNode {
     private readonly store: ObjectStore,
     private readonly creds: PeerCredentials,
     private readonly log: Logger,
+    /** A connection to this node's storage (run/storage.sock, or a pipe in an embedded node). */
+    private readonly toStorage: () => StreamChannel,
+    private readonly host: PeerHost,
   ) {
     this.storage = new StorageSide(log);
     if (this.commitDelayMs) log.warn({ ms: this.commitDelayMs }, `test failpoint ${COMMIT_DELAY_ENV}: this node applies every commit position ${this.commitDelayMs} ms after the leader sent it`);
@@ -126,7 +135,7 @@ export class PeerNode {
         this.following = new Following({
           self: this.self, lock: this.lock, held, store: this.store, storage: this.storage, board: this.board, creds: this.creds, log: this.log,
           maxRetries: this.cfg.followerMaxRetries, retryMs: this.retryMs, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000,
-          contact: this.contact, signal, commitDelayMs: this.commitDelayMs,
+          contact: this.contact, signal, commitDelayMs: this.commitDelayMs, tooFarBehind: (why) => this.host.tooFarBehind(why),
         });
         const end = await this.following.run();
         this.following = undefined;
@@ -148,7 +157,7 @@ export class PeerNode {
    * new term; held by another node -> that node is the leader to follow.
    */
   private async elect(signal: AbortSignal): Promise<HeldLock | undefined> {
-    reportState('electing');
+    this.host.reportState('electing');
     // A node leads only with its storage: without it, it would hold the lock and serve nothing.
     await this.storage.whenAttached(signal);
     const cur = await this.lock.read();
@@ -196,7 +205,7 @@ export class PeerNode {
       // have it all) and restores the latest checkpoint, then elects again.
       this.log.error({ err: err.message }, 'cannot lead: too far behind the object store; releasing the lock');
       await this.lock.replace({ ...held.record, released: true, lastSeenNano: nowNano() }, held.etag).catch(() => undefined);
-      requestCheckpointRestore(err.message);
+      this.host.tooFarBehind(err.message);
       await sleep(this.retryMs, signal);
       return;
     }
@@ -206,7 +215,7 @@ export class PeerNode {
       bufferSize: this.cfg.peerBufferSize, ttlMs: this.ttlMs, watchIntervalMs: this.cfg.leaderWatchIntervalSec * 1000, termStart,
     });
     this.leadership = l;
-    reportState(`leader, term ${held.record.term}`);
+    this.host.reportState(`leader, term ${held.record.term}`);
     const onAbort = () => void l.handOff();
     signal.addEventListener('abort', onAbort, { once: true });
     const why = await l.run();
@@ -256,9 +265,9 @@ export class PeerNode {
   // ---- forwarding --------------------------------------------------------------------------
 
   /** This node's storage streams (the leader's side of a forwarded write). */
-  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: UnixStreamChannel } {
+  private localLinks(): { Write: BatchLink; Lease: BatchLink; channel: StreamChannel } {
     if (this.local) return this.local;
-    const channel = new UnixStreamChannel(socketPath(this.cfg.dataDir, 'storage'));
+    const channel = this.toStorage();
     return (this.local = { Write: storageLink(channel, this.log, 'Write'), Lease: storageLink(channel, this.log, 'Lease'), channel });
   }
 

@@ -26,7 +26,7 @@ import type { Config } from '../../shared/config.js';
 import { splitHostPort } from '../../shared/config.js';
 import type { Logger } from '../../shared/log.js';
 import { service } from '../../shared/proto/index.js';
-import { PeerTlsSource, peerTlsFiles } from '../../shared/tls/peer-port.js';
+import { PeerTlsSource, peerTlsFiles, type PeerTlsFlags } from '../../shared/tls/peer-port.js';
 import { StreamChannel, type H2Stream } from '../../shared/grpc/stream-channel.js';
 import type { GrpcServer } from '../../shared/grpc/server.js';
 import type { BatchCalls } from '../../shared/batch-link/link.js';
@@ -77,8 +77,10 @@ export class ConditionLog {
 
 export interface PeerCredentials {
   tls: boolean;
-  /** This node's peer TLS files (with TLS). */
+  /** This node's peer TLS files (with TLS): its peer port's, and its dial's unless `clientSource`. */
   source?: PeerTlsSource;
+  /** Other files for dialing the leader (an embedded node's peerClientTLS); default `source`. */
+  clientSource?: PeerTlsSource;
   /** One line per condition, for both sides of the peer port. */
   conditions: ConditionLog;
   /**
@@ -90,13 +92,17 @@ export interface PeerCredentials {
   served(leader: { peerUrl: string }): void;
 }
 
-export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 'peerTlsKey'>, log: Logger): PeerCredentials {
+/** `clientFiles`: other files to dial the leader with than the peer port's (both are checked as the flags' are). */
+export function peerCredentials(cfg: Pick<Config, 'peerTlsCa' | 'peerTlsCert' | 'peerTlsKey'>, log: Logger, clientFiles?: PeerTlsFlags): PeerCredentials {
   const files = peerTlsFiles(cfg);
   const conditions = new ConditionLog(log);
   const source = files ? new PeerTlsSource(files, log) : undefined;
+  const client = clientFiles && peerTlsFiles(clientFiles);
+  if (client && !source) throw new Error('peer TLS to dial the leader needs peer TLS on this node\'s peer port too');
   return {
     tls: source !== undefined,
     source,
+    clientSource: client ? new PeerTlsSource(client, log) : undefined,
     conditions,
     callFailed(err, leader) {
       if (err.code !== status.UNAUTHENTICATED || !err.details?.startsWith(REFUSED)) return;
@@ -130,7 +136,7 @@ export class PeerChannel {
     const hp = splitHostPort(addr);
     if (!hp) throw new Error(`peer address ${addr}: expected host:port`);
     const [host, port] = [hp[0], Number(hp[1])];
-    const source = creds.source;
+    const source = creds.clientSource ?? creds.source;
     const dial = source ? () => dialTls(addr, host, port, source, creds.conditions) : () => net.connect({ host, port });
     this.channel = new StreamChannel(dial, {
       headers: { ':scheme': source ? 'https' : 'http', ':authority': addr, [EPOCH_HEADER]: epoch },

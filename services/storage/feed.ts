@@ -46,3 +46,54 @@ export class CommitFeed {
     for (const fn of this.subscribers) fn(batch);
   }
 }
+
+/** What a subscription reads of the engine: where the store is, and its feed. */
+export interface FeedOrigin {
+  readonly revision: number;
+  readonly appliedIndex: number;
+  readonly feed: CommitFeed;
+}
+
+/** One subscriber's end: the Storage.Feed stream, or an in-process FeedLink (in-process.ts). */
+export interface FeedSink {
+  /** False: the subscriber fell behind; nothing more is sent until `drained()`. */
+  write(batch: FeedBatch): boolean;
+  readonly destroyed: boolean;
+}
+
+/** The subscriber's side of a subscription: its requests for quiet, its drain, its end. */
+export interface FeedSubscription {
+  setQuiet(quiet: boolean): void;
+  drained(): void;
+  close(): void;
+}
+
+/**
+ * Subscribes `sink` to the engine's feed with Storage.Feed's rules, on either path. The first
+ * message tells where the stream starts; a subscriber that fell behind is skipped until its
+ * buffer drains, then told the current revision (it fills the gap from LMDB history), so a
+ * slow gateway never holds memory or the write path here. A subscriber that asked for quiet
+ * gets no batches (a refusal's change still goes), and where the store is once it asks for
+ * messages again.
+ */
+export function subscribeFeed(origin: FeedOrigin, sink: FeedSink): FeedSubscription {
+  const here = (): FeedBatch => ({ revision: origin.revision, entries: [], index: origin.appliedIndex, refused: origin.feed.refused });
+  let lagging = !sink.write(here());
+  let quiet = false;
+  const unsubscribe = origin.feed.subscribe((batch) => {
+    if (lagging || sink.destroyed || (quiet && batch.entries.length)) return;
+    lagging = !sink.write(batch);
+  });
+  return {
+    setQuiet(q) {
+      const was = quiet;
+      quiet = q;
+      if (was && !quiet && !lagging && !sink.destroyed) lagging = !sink.write(here());
+    },
+    drained() {
+      if (!lagging || sink.destroyed) return;
+      lagging = !sink.write(here());
+    },
+    close: () => void unsubscribe(),
+  };
+}

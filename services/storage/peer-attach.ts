@@ -12,7 +12,7 @@
 // disconnected) and attaches again by itself once the space is back, then catches up.
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../../shared/proto/index.js';
-import { UnixStreamChannel, type H2Stream } from '../../shared/grpc/stream-channel.js';
+import type { H2Stream, StreamChannel } from '../../shared/grpc/stream-channel.js';
 import { Role } from '../../shared/membership.js';
 import { EtcdError, Errors } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
@@ -58,7 +58,6 @@ export interface ClusterHooks {
 }
 
 export class PeerAttach {
-  private readonly channel: UnixStreamChannel;
   private stream: AttachStream | undefined;
   /** Leader: the batches sent and not yet answered, oldest first (the engine's flights). */
   private pending: Pending[] = [];
@@ -73,14 +72,14 @@ export class PeerAttach {
   private spaceWait: NodeJS.Timeout | undefined;
 
   constructor(
-    socket: string,
+    /** To the peer agent's Agent service (run/peer.sock, or a pipe in an embedded node); closed with this. */
+    private readonly channel: StreamChannel,
     private readonly engine: Engine,
     private readonly hooks: ClusterHooks,
     private readonly log: Logger,
     /** --peer-buffer-size: how many recent entries the leader's peer agent keeps. */
     private readonly bufferSize = 10_000,
   ) {
-    this.channel = new UnixStreamChannel(socket);
     engine.replicate = {
       send: (first, last, frames, revision) => this.replicate(first, last, frames, revision),
       durable: (through, err) => void this.stream?.write({ durable: { through, error: err ? err.message : '' } }),

@@ -5,6 +5,7 @@ import { service } from '../../shared/proto/index.js';
 import { serveBatchStream, type BatchHandler, type BatchRequest } from '../../shared/batch-link/serve.js';
 import { GrpcServer, type ServerCall, type UnaryCallback } from '../../shared/grpc/server.js';
 import type { Engine } from './engine.js';
+import { subscribeFeed } from './feed.js';
 import type { Logger } from '../../shared/log.js';
 import { dbSizes } from '../../shared/mvcc/tables.js';
 import { Stage, stages } from '../../shared/stages.js';
@@ -42,29 +43,11 @@ export function storageServer(engine: Engine, log: Logger): StorageServer {
     },
     Feed(call: ServerCall<{ quiet?: boolean }, any>) {
       streams.add(call);
-      // The first message tells where the stream starts; a subscriber that fell behind is
-      // skipped until its buffer drains, then told the current revision (it fills the gap
-      // from LMDB history), so a slow gateway never holds memory or the write path here.
-      // A subscriber that asked for quiet gets no batches (a refusal's change still goes),
-      // and where the store is once it asks for messages again.
-      const here = () => ({ revision: engine.revision, entries: [], index: engine.appliedIndex, refused: engine.feed.refused });
-      let lagging = !call.write(here());
-      let quiet = false;
-      const unsubscribe = engine.feed.subscribe((batch) => {
-        if (lagging || call.destroyed || (quiet && batch.entries.length)) return;
-        lagging = !call.write(batch);
-      });
-      call.on('drain', () => {
-        if (!lagging || call.destroyed) return;
-        lagging = !call.write(here());
-      });
-      call.on('data', (req: { quiet?: boolean }) => {
-        const was = quiet;
-        quiet = req.quiet === true;
-        if (was && !quiet && !lagging && !call.destroyed) lagging = !call.write(here());
-      });
+      const sub = subscribeFeed(engine, call);
+      call.on('drain', () => sub.drained());
+      call.on('data', (req: { quiet?: boolean }) => sub.setQuiet(req.quiet === true));
       const done = () => {
-        unsubscribe();
+        sub.close();
         streams.delete(call);
       };
       call.on('cancelled', done);

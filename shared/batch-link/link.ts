@@ -9,7 +9,7 @@
 // without having been sent.
 import type { MethodDefinition } from '@grpc/grpc-js';
 import { service } from '../proto/index.js';
-import { UnixStreamChannel } from '../grpc/stream-channel.js';
+import type { StreamChannel } from '../grpc/stream-channel.js';
 import { EtcdError, Errors } from '../errors.js';
 import type { Logger } from '../log.js';
 
@@ -212,21 +212,19 @@ export class BatchLink implements WriteLink {
 }
 
 /**
- * A link on our own HTTP/2 streams (shared/grpc/stream-channel.ts) to a batch method served on a Unix socket.
- * Given a channel, the link shares its connection and leaves closing it to its owner.
+ * A link on our own HTTP/2 streams (shared/grpc/stream-channel.ts) to a batch method: on
+ * `channel`, a connection the caller's other links share (a Unix socket, or an in-process
+ * pipe to a server in this process). Closing the channel is its owner's.
  */
-export function unixBatchLink(to: string | UnixStreamChannel, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
-  const channel = typeof to === 'string' ? new UnixStreamChannel(to) : to;
+export function channelBatchLink(channel: StreamChannel, method: MethodDefinition<any, any>, log: Logger, opts: BatchLinkOptions = {}): BatchLink {
   const def = method as MethodDefinition<unknown, { results: Result[] }>;
-  return new BatchLink({ open: () => channel.stream(def), close: () => {
-    if (typeof to === 'string') channel.close();
-  } }, log, opts);
+  return new BatchLink({ open: () => channel.stream(def), close: () => {} }, log, opts);
 }
 
 /**
  * The gateway's (and the leader's peer agent's) link to storage on <data-dir>/run/storage.sock,
  * on `channel`, a connection to it that the caller's other links to storage share.
  */
-export function storageLink(channel: UnixStreamChannel, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
-  return unixBatchLink(channel, STORAGE[method]!, log, { waitMs });
+export function storageLink(channel: StreamChannel, log: Logger, method: 'Write' | 'Lease' = 'Write', waitMs = 5000): BatchLink {
+  return channelBatchLink(channel, STORAGE[method]!, log, { waitMs });
 }

@@ -79,6 +79,9 @@ export class GrpcServer implements SessionHandler {
   private readonly routes = new Map<string, Route>();
   private readonly services = new Set<string>();
   private listener: net.Server | undefined;
+  private stopped = false;
+  /** A shutdown without a listener, waiting for its last session to end. */
+  private drained: (() => void) | undefined;
   private readonly sessions = new Set<ServerSession>();
   private readonly handshakeLog: RateLimitedLog | undefined;
   private probeTimer: NodeJS.Timeout | undefined;
@@ -178,6 +181,8 @@ export class GrpcServer implements SessionHandler {
    * A socket its caller paused (to peek at its first bytes and put them back) is read from here.
    */
   inject(socket: net.Socket): void {
+    // Shut down, it takes nothing more, as a closed listener (an in-process pipe's dial).
+    if (this.stopped) return void socket.destroy();
     this.probeTimer ??= setInterval(() => this.probeIdle(), PROBE_TICK_MS).unref();
     this.accept(socket);
     socket.resume();
@@ -241,6 +246,7 @@ export class GrpcServer implements SessionHandler {
   /** @internal SessionHandler: a session ended. */
   onClose(session: ServerSession): void {
     this.sessions.delete(session);
+    if (this.sessions.size === 0) this.drained?.();
   }
 
   private probeIdle(): void {
@@ -250,6 +256,7 @@ export class GrpcServer implements SessionHandler {
 
   /** Stops accepting connections, lets calls finish for up to `graceMs`, then cuts the rest. */
   shutdown(graceMs: number): Promise<void> {
+    this.stopped = true;
     if (this.probeTimer) clearInterval(this.probeTimer);
     this.probeTimer = undefined;
     return new Promise((resolve) => {
@@ -262,9 +269,11 @@ export class GrpcServer implements SessionHandler {
         clearTimeout(timer);
         resolve();
       };
-      // net.Server.close calls back once every connection, so every session, has ended.
+      // net.Server.close calls back once every connection, so every session, has ended;
+      // without a listener (connections injected only: in-process pipes) the last session does.
       if (this.listener?.listening) this.listener.close(done);
-      else done();
+      else if (this.sessions.size === 0) done();
+      else this.drained = done;
       for (const s of this.sessions) s.close();
     });
   }

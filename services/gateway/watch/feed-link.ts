@@ -14,10 +14,10 @@ import { num } from '../../../shared/proto/index.js';
 import type { Logger } from '../../../shared/log.js';
 import { EtcdError } from '../../../shared/errors.js';
 import { STORAGE } from '../../../shared/batch-link/link.js';
-import { DEFAULT_WINDOW, UnixStreamChannel, type H2Stream } from '../../../shared/grpc/stream-channel.js';
+import { DEFAULT_WINDOW, type StreamChannel } from '../../../shared/grpc/stream-channel.js';
 import type { Hub } from './hub.js';
 
-interface FeedMessage {
+export interface FeedMessage {
   revision: number | { high: number; low: number };
   entries: Uint8Array[];
   index?: number | { high: number; low: number };
@@ -25,6 +25,34 @@ interface FeedMessage {
 }
 
 const FEED = STORAGE.Feed as MethodDefinition<{ quiet?: boolean }, FeedMessage>;
+
+/** One subscription to storage's feed, as the Storage.Feed call (our own HTTP/2 stream) has it. */
+export interface FeedCall {
+  write(req: { quiet?: boolean }): unknown;
+  on(event: 'data', listener: (m: FeedMessage) => void): unknown;
+  on(event: 'error', listener: (err?: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  /** Ends the subscription from this side; it then emits 'error'. */
+  cancel(): void;
+}
+
+/**
+ * Where the link subscribes: Storage.Feed on storage's socket (`feedOverChannel`), or, with the
+ * engine in this process (embed/), the engine's feed itself (services/storage/in-process.ts).
+ */
+export interface FeedSource {
+  open(): FeedCall;
+}
+
+/**
+ * Storage.Feed on `channel`, the connection to storage the write links share (storage writes a
+ * batch's feed message and its answers in one socket write, read in one wake-up here). HTTP/2's
+ * default window, as grpc-js's: a gateway that falls behind is skipped by storage rather than
+ * buffering megabytes of entries it has not read.
+ */
+export function feedOverChannel(channel: StreamChannel): FeedSource {
+  return { open: () => channel.stream(FEED, DEFAULT_WINDOW) };
+}
 
 /**
  * How long the link keeps the messages coming after the last watcher or wait is gone, so that
@@ -38,7 +66,7 @@ export class FeedLink {
    * Our own HTTP/2 stream, as the write links (shared/grpc/stream-channel.ts): storage sends a
    * batch's feed message before its answers, so unless quiet, reading it is on every put's path.
    */
-  private call: H2Stream<{ quiet?: boolean }, FeedMessage> | undefined;
+  private call: FeedCall | undefined;
   /** Storage was asked for quiet on the current stream. */
   quiet = false;
   /** When something last needed the messages (performance.now()). */
@@ -56,11 +84,7 @@ export class FeedLink {
   refused = '';
   private waiters: { index: number; revision: number; resolve(): void; reject(err: Error): void }[] = [];
 
-  /**
-   * `channel`: the connection to storage, shared with the write links (storage writes a
-   * batch's feed message and its answers in one socket write, read in one wake-up here).
-   */
-  constructor(private readonly channel: UnixStreamChannel, private readonly hub: Hub, private readonly log: Logger) {
+  constructor(private readonly source: FeedSource, private readonly hub: Hub, private readonly log: Logger) {
     hub.onInterest = () => this.needed();
     this.open();
   }
@@ -88,9 +112,7 @@ export class FeedLink {
 
   private open(): void {
     if (this.closed) return;
-    // HTTP/2's default window, as grpc-js's: a gateway that falls behind is skipped by storage
-    // (Storage.Feed) rather than buffering megabytes of entries it has not read.
-    const call = this.channel.stream(FEED, DEFAULT_WINDOW);
+    const call = this.source.open();
     // Open for requests for quiet (a new stream starts with messages).
     call.write({});
     this.call = call;
@@ -168,6 +190,6 @@ export class FeedLink {
     this.closed = true;
     const call = this.call;
     this.call = undefined; // its cancel is not a lost feed
-    call?.cancel(); // the channel is its owner's to close
+    call?.cancel(); // the channel (or engine) is its owner's to close
   }
 }
