@@ -18,7 +18,7 @@ import { NodeInfo } from './node-info.js';
 import { kvService } from './kv.js';
 import { maintenanceService, clusterService } from './maintenance.js';
 import { HashWorker } from './hash-worker.js';
-import { removeStaleSnapshots } from './snapshot.js';
+import { removeStaleSnapshots, stopSnapshotThreads } from './snapshot.js';
 import { leaseService } from './lease.js';
 import { parseDuration } from '../../shared/duration.js';
 import { Hub } from './watch/hub.js';
@@ -170,6 +170,7 @@ export async function startGateway(cfg: Config, deps: GatewayDeps): Promise<Gate
       feed.close();
       renewer.close();
       for (const c of closers) c.close();
+      await stopSnapshotThreads(cfg.dataDir);
     },
   };
 }

@@ -13,7 +13,8 @@
 // after the dry run, and a slow client holds a file open, not a read transaction.
 import { createHash } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
-import type { ServerCall, UnaryCallback } from '../../shared/grpc/server.js';
+import { ServerCall } from '../../shared/grpc/server.js';
+import { frameSnapshotChunk, SnapshotFrames } from './snapshot-frames.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -49,6 +50,20 @@ function writeMessage(call: Call, msg: SnapshotMessage): Promise<void> {
   });
 }
 
+/**
+ * One chunk as one message: framed once into a reused buffer on our gRPC server, serialized by
+ * the call otherwise (the JSON gateway's calls write JSON).
+ */
+function writeChunk(call: Call, frames: SnapshotFrames, remainingBytes: number, blob: Buffer): Promise<void> {
+  if (!(call instanceof ServerCall)) return writeMessage(call, { remainingBytes, blob });
+  const frame = frames.take();
+  const length = frameSnapshotChunk(frame, remainingBytes, blob);
+  return new Promise((resolve) => {
+    if (call.writeFramed(frame.subarray(0, length), () => frames.give(frame))) resolve();
+    else call.once('drain', resolve);
+  });
+}
+
 const THREAD = new URL('./snapshot-thread.js', import.meta.url);
 /** How much of the file is read at once (a multiple of SNAPSHOT_CHUNK_BYTES). */
 const READ_BYTES = 32 * SNAPSHOT_CHUNK_BYTES;
@@ -61,6 +76,7 @@ const READ_BYTES = 32 * SNAPSHOT_CHUNK_BYTES;
  */
 class SnapshotThreads {
   private idle: Worker | undefined;
+  private stopped = false;
 
   constructor(private readonly dataDir: string) {}
 
@@ -72,8 +88,16 @@ class SnapshotThreads {
 
   /** A thread whose job is done: kept for the next call, or stopped when one is kept already. */
   give(w: Worker): void {
-    if (this.idle) void w.terminate();
+    if (this.idle || this.stopped) void w.terminate();
     else this.idle = w;
+  }
+
+  /** The gateway closes: the waiting thread is stopped now, a busy one when its job ends. */
+  stop(): Promise<unknown> {
+    this.stopped = true;
+    const w = this.idle;
+    this.idle = undefined;
+    return w ? w.terminate() : Promise.resolve();
   }
 
   private start(): Worker {
@@ -104,6 +128,16 @@ function pool(dataDir: string): SnapshotThreads {
 export function prestartSnapshotThread(dataDir: string): void {
   const p = pool(dataDir);
   p.give(p.take());
+}
+
+/**
+ * Stops the snapshot threads of `dataDir` (the gateway closing, or an embedding program closing
+ * its gateway): a gateway started again on it later gets threads of its own.
+ */
+export function stopSnapshotThreads(dataDir: string): Promise<unknown> {
+  const p = threads.get(dataDir);
+  threads.delete(dataDir);
+  return p ? p.stop() : Promise.resolve();
 }
 
 /** A file being written by a snapshot thread: its size, then how much of it is written. */
@@ -189,9 +223,10 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
     const sha = createHash('sha256');
     let sent = 0;
     // Read in large pieces (one trip to the thread pool each), sent as etcd's 32 KiB messages.
-    // One buffer for every piece: call.write() serializes each message (a copy) before it
-    // returns, so nothing holds the last piece when the next is read.
+    // One buffer for every piece: each message is copied out of it into its frame
+    // (snapshot-frames.ts), so nothing holds the last piece when the next is read.
     const buffer = Buffer.allocUnsafe(READ_BYTES);
+    const frames = new SnapshotFrames();
     while (sent < total) {
       await exp.until(() => exp.written > sent);
       if (cancelled) return;
@@ -203,7 +238,7 @@ export async function streamSnapshot(dataDir: string, call: Call, log: Logger): 
         if (cancelled) return;
         const blob = piece.subarray(at, at + SNAPSHOT_CHUNK_BYTES);
         sent += blob.length;
-        await writeMessage(call, { remainingBytes: total - sent, blob });
+        await writeChunk(call, frames, total - sent, blob);
       }
     }
     // The thread's last word: the file it wrote has the layout it announced.

@@ -202,6 +202,16 @@ export class ServerCall<Req = unknown, Res = unknown> extends CallBase {
     return writeMessage(this.stream, this.method.responseSerialize(message) as Buffer);
   }
 
+  /**
+   * Sends one message already serialized with its 5-byte prefix (framing.ts), for a streamer
+   * that frames its messages in buffers of its own and reuses each once `flushed` is called.
+   */
+  writeFramed(framed: Buffer, flushed?: () => void): boolean {
+    if (this.finished || this.gone()) return false;
+    this.sendHeaders();
+    return this.stream.write(framed, flushed);
+  }
+
   /** Sends the response headers now (grpc-js's sendMetadata; a caller learns the call is served). */
   sendMetadata(): void {
     if (!this.finished && !this.gone()) this.sendHeaders();
