@@ -1,37 +1,21 @@
 // Storage's Archive when the archiver runs in its own process (an embedded node): the same
 // uploads, positions and checkpoints as ArchiverLink gives over the Unix socket, as calls.
-import type { Archive } from '../../shared/objectstore/archive.js';
+import { ArchivePositions, type Archive } from '../../shared/objectstore/archive.js';
 import type { Archiver } from './archiver.js';
 
-export class InProcessArchive implements Archive {
-  uploadedThrough: number;
-  checkpointIndex: number;
-  /** This node's leader term (cluster mode), stamped on the chunks queued from now on. */
-  private term = 0;
+export class InProcessArchive extends ArchivePositions implements Archive {
   private closed = false;
   private readonly waiting = new Set<(err: Error) => void>();
   private readonly unsubscribe: () => void;
 
   constructor(private readonly archiver: Archiver) {
-    this.uploadedThrough = archiver.uploader.uploadedThrough;
-    this.checkpointIndex = archiver.uploader.checkpointIndex;
-    this.unsubscribe = archiver.onProgress((p) => {
-      this.uploadedThrough = Math.max(this.uploadedThrough, p.uploadedThrough);
-      this.checkpointIndex = Math.max(this.checkpointIndex, p.checkpointIndex);
-    });
+    super();
+    this.advance(archiver.uploader.uploadedThrough, archiver.uploader.checkpointIndex);
+    this.unsubscribe = archiver.onProgress((p) => this.advance(p.uploadedThrough, p.checkpointIndex));
   }
 
   ready(): Promise<void> {
     return Promise.resolve();
-  }
-
-  get archivedThrough(): number {
-    return Math.min(this.uploadedThrough, this.checkpointIndex);
-  }
-
-  leadFrom(term: number, termStart: number): void {
-    this.term = term;
-    if (termStart > 0) this.uploadedThrough = termStart - 1;
   }
 
   upload(first: number, last: number, frames: () => Buffer): Promise<void> {
@@ -44,7 +28,7 @@ export class InProcessArchive implements Archive {
       this.archiver.upload(first, last, frames, this.term).then(
         () => {
           this.waiting.delete(reject);
-          this.uploadedThrough = Math.max(this.uploadedThrough, last);
+          this.advance(last, 0);
           resolve();
         },
         (err: Error) => {
@@ -57,8 +41,7 @@ export class InProcessArchive implements Archive {
 
   async checkpoint(): Promise<{ key: string; appliedIndex: number }> {
     const r = await this.archiver.checkpoint();
-    this.checkpointIndex = Math.max(this.checkpointIndex, r.latest.appliedIndex);
-    this.uploadedThrough = Math.max(this.uploadedThrough, r.latest.appliedIndex);
+    this.advance(r.latest.appliedIndex, r.latest.appliedIndex);
     return { key: r.key, appliedIndex: r.latest.appliedIndex };
   }
 

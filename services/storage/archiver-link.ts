@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { service, num } from '../../shared/proto/index.js';
 import { INTERNAL_CHANNEL_OPTIONS } from '../../shared/grpc/plumbing.js';
 import type { Logger } from '../../shared/log.js';
-import type { Archive } from '../../shared/objectstore/archive.js';
+import { ArchivePositions, type Archive } from '../../shared/objectstore/archive.js';
 
 interface Progress {
   uploadedThrough: unknown;
@@ -36,7 +36,7 @@ const ArchiverClient = grpc.makeGenericClientConstructor(service('kvs.archiver.A
 /** After this long without progress on the oldest chunk, the stall is logged (then every 10 s). */
 const STALL_LOG_MS = 5000;
 
-export class ArchiverLink implements Archive {
+export class ArchiverLink extends ArchivePositions implements Archive {
   private readonly client: grpc.Client & Record<string, any>;
   private stream: grpc.ClientDuplexStream<unknown, Progress> | undefined;
   private connected = false;
@@ -50,14 +50,9 @@ export class ArchiverLink implements Archive {
   private lastUnreachableLog = 0;
   private readonly stallTimer: NodeJS.Timeout;
   private readonly helloWaiters: (() => void)[] = [];
-  /** Every record at or below this is in the object store (WAL objects or the latest checkpoint). */
-  uploadedThrough = 0;
-  /** Applied index of the latest checkpoint. */
-  checkpointIndex = 0;
-  /** This node's leader term (cluster mode), stamped on the chunks queued from now on. */
-  term = 0;
 
   constructor(socket: string, private readonly log: Logger) {
+    super();
     this.client = new ArchiverClient(`unix:${socket}`, grpc.credentials.createInsecure(), INTERNAL_CHANNEL_OPTIONS) as any;
     this.stallTimer = setInterval(() => this.reportStall(), 1000);
     this.stallTimer.unref();
@@ -68,22 +63,6 @@ export class ArchiverLink implements Archive {
   ready(): Promise<void> {
     if (this.connected) return Promise.resolve();
     return new Promise((resolve) => this.helloWaiters.push(resolve));
-  }
-
-  /** Local WAL segments at or below this may be deleted: uploaded, and covered by a checkpoint. */
-  get archivedThrough(): number {
-    return Math.min(this.uploadedThrough, this.checkpointIndex);
-  }
-
-  /**
-   * This node leads `term`, which begins at `termStart` in the object store: the store's
-   * history ends just before it, whatever this link saw uploaded before (its own uploads of an
-   * earlier term past that point are not history; wal-history.ts). Chunks queued from now on
-   * carry the term.
-   */
-  leadFrom(term: number, termStart: number): void {
-    this.term = term;
-    if (termStart > 0) this.uploadedThrough = termStart - 1;
   }
 
   /** Resolves once records first..last are in the object store. Rejects only on close(). */
@@ -135,8 +114,7 @@ export class ArchiverLink implements Archive {
   }
 
   private progress(p: Progress): void {
-    this.uploadedThrough = Math.max(this.uploadedThrough, num(p.uploadedThrough as number));
-    this.checkpointIndex = Math.max(this.checkpointIndex, num(p.checkpointIndex as number));
+    this.advance(num(p.uploadedThrough as number), num(p.checkpointIndex as number));
     if (p.error && p.error !== this.lastError) this.log.error({ error: p.error }, 'WAL upload to the object store is failing; retrying (writes wait)');
     this.lastError = p.error;
     let done = 0;
@@ -188,8 +166,7 @@ export class ArchiverLink implements Archive {
     return new Promise((resolve, reject) => {
       this.client.Checkpoint({}, (err: grpc.ServiceError | null, r: { key: string; appliedIndex: unknown }) => {
         if (err) return reject(new Error(err.details || err.message));
-        this.checkpointIndex = Math.max(this.checkpointIndex, num(r.appliedIndex as number));
-        this.uploadedThrough = Math.max(this.uploadedThrough, num(r.appliedIndex as number));
+        this.advance(num(r.appliedIndex as number), num(r.appliedIndex as number));
         resolve({ key: r.key, appliedIndex: num(r.appliedIndex as number) });
       });
     });

@@ -30,3 +30,33 @@ export interface Archive {
   /** Fails the uploads still waiting (storage is stopping) and lets go of the archiver. */
   close(): void;
 }
+
+/**
+ * The positions both implementations keep, and their rules: they only move forward as the
+ * archiver reports progress, and a new term's start cuts what counts as uploaded.
+ */
+export abstract class ArchivePositions {
+  /** Every record at or below this is in the object store (WAL objects or the latest checkpoint). */
+  uploadedThrough = 0;
+  /** Applied index of the latest checkpoint. */
+  checkpointIndex = 0;
+  /** This node's leader term (cluster mode), stamped on the chunks queued from now on. */
+  term = 0;
+
+  /** Local WAL segments at or below this may be deleted: uploaded, and covered by a checkpoint. */
+  get archivedThrough(): number {
+    return Math.min(this.uploadedThrough, this.checkpointIndex);
+  }
+
+  /** See Archive.leadFrom. */
+  leadFrom(term: number, termStart: number): void {
+    this.term = term;
+    if (termStart > 0) this.uploadedThrough = termStart - 1;
+  }
+
+  /** What the archiver reported it holds. */
+  protected advance(uploadedThrough: number, checkpointIndex: number): void {
+    this.uploadedThrough = Math.max(this.uploadedThrough, uploadedThrough);
+    this.checkpointIndex = Math.max(this.checkpointIndex, checkpointIndex);
+  }
+}
