@@ -11,7 +11,7 @@ import type { HashWorker } from './hash-worker.js';
 import type { Logger } from '../../shared/log.js';
 import type { NodeInfo } from './node-info.js';
 import { toServiceError } from './service-error.js';
-import { prestartSnapshotThread, streamSnapshot } from './snapshot.js';
+import { streamSnapshot } from './snapshot.js';
 import { VERSION } from '../../shared/version.js';
 
 type Handler = (call: ServerCall<any, unknown>, cb: UnaryCallback<unknown>) => void;
@@ -20,7 +20,6 @@ const AlarmAction = { GET: 0, ACTIVATE: 1, DEACTIVATE: 2 } as const;
 
 export function maintenanceService(db: MvccDb, dataDir: string, node: NodeInfo, log: Logger, hashes: HashWorker) {
   const def = service('etcdserverpb.Maintenance');
-  prestartSnapshotThread(dataDir);
   /** Runs `fn` in a fresh read snapshot; its errors become etcd's gRPC errors. */
   const read = (cb: UnaryCallback<unknown>, fn: () => unknown) => {
     try {

@@ -6,7 +6,7 @@
 // The file is etcd's own format (a bbolt database in etcd 3.4's schema,
 // shared/etcd-snapshot/write.ts), so `etcdctl snapshot status` and `snapshot restore` read it
 // and an etcd started on the restored directory serves kvs's keys, history, leases and users.
-// A worker thread (snapshot-thread.ts, started with the gateway and kept between calls) writes
+// A worker thread (snapshot-thread.ts, started by the first call and kept between calls) writes
 // it into the data directory's tmp/ from one read transaction (consistent, and the storage
 // process's writes go on), front to back after a dry run that computes its layout (the first
 // page names the last), and it is streamed from there while it is written: the stream starts
@@ -118,16 +118,6 @@ function pool(dataDir: string): SnapshotThreads {
   let p = threads.get(dataDir);
   if (!p) threads.set(dataDir, (p = new SnapshotThreads(dataDir)));
   return p;
-}
-
-/**
- * Starts the snapshot thread of `dataDir` ahead of the first call (the gateway does at start):
- * its code loaded and the database open, a first snapshot costs no more than later ones. It
- * waits on its message port, unref'd, holding no read snapshot.
- */
-export function prestartSnapshotThread(dataDir: string): void {
-  const p = pool(dataDir);
-  p.give(p.take());
 }
 
 /**
